@@ -1,0 +1,124 @@
+"""The `kdiv` command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections import Counter
+
+import click
+
+from . import __version__
+from .div.faults import Verdict
+from .div.validator import DISABLED, DataIntegrityValidator, TopicPolicy
+from .jsonl import InputError, parse_record, result_to_line
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kdiv")
+def main() -> None:
+    """kdiv: prove a Kafka pipeline lost, duplicated and corrupted nothing, or name what it did."""
+
+
+@main.command()
+@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@click.option(
+    "--phase",
+    type=click.Choice(["push", "stream"]),
+    default="stream",
+    show_default=True,
+    help="Phase every partition starts in: inside a push (faults are fatal) or streaming.",
+)
+@click.option(
+    "--compaction-lag-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The topics are compacted with this min.compaction.lag.ms (default: not compacted).",
+)
+@click.option(
+    "--max-age-ms",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Expire producers idle this long (data-relative), as if state were saved after every record.",
+)
+@click.option("--now", "now_ms", type=int, default=None, help="The clock, ms since epoch (default: wall clock).")
+def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | None, now_ms: int | None) -> None:
+    """Validate a recorded stream (JSON Lines, as `kdiv dump` writes) from SOURCE or stdin.
+
+    Prints one verdict per record, in input order, and a summary to stderr. Exits 0 when every
+    record is OK or UNTRACKED, 1 when any fault was found, 2 when the input has bad lines.
+    """
+    policy = TopicPolicy(compaction_lag_ms=compaction_lag_ms)
+    validator = DataIntegrityValidator(
+        lambda topic: policy,
+        start_in_push=phase == "push",
+        max_age_ms=DISABLED if max_age_ms is None else max_age_ms,
+    )
+    name = "<stdin>" if source.name == "<stdin>" else source.name
+    verdicts: Counter[Verdict] = Counter()
+    fatal = bad_lines = 0
+    out = sys.stdout
+    for lineno, line in enumerate(source, 1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_record(line, name, lineno)
+        except InputError as bad:
+            click.echo(f"kdiv check: {bad}", err=True)
+            bad_lines += 1
+            continue
+        result = validator.validate(record, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
+        if max_age_ms is not None:
+            validator.checkpoint(record.topic, record.partition)
+        verdicts[result.verdict] += 1
+        fatal += result.fatal
+        out.write(result_to_line(result) + "\n")
+    out.flush()
+    faults = sum(n for v, n in verdicts.items() if v.is_fault)
+    counts = ", ".join(f"{v.value} {verdicts[v]}" for v in Verdict if verdicts[v])
+    click.echo(
+        f"kdiv check: {sum(verdicts.values())} records ({counts or 'none'}); "
+        f"{faults} faults, {fatal} fatal; {bad_lines} bad input lines",
+        err=True,
+    )
+    sys.exit(2 if bad_lines else 1 if faults else 0)
+
+
+@main.command()
+@click.argument("topic")
+@click.option(
+    "--bootstrap",
+    envvar="KDIV_BOOTSTRAP",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    help="Kafka bootstrap servers (env KDIV_BOOTSTRAP).",
+)
+@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Only these partitions.")
+@click.option("--output", "-o", type=click.File("w", encoding="utf-8"), default="-", help="Where to write (default stdout).")
+def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> None:
+    """Write TOPIC, from its start to its end when the command starts, as JSON Lines for `kdiv check`."""
+    from .dump import dump_topic
+
+    count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None))
+    click.echo(f"kdiv dump: {count} records from {topic}", err=True)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True, help="Port (0: any free one).")
+def broker(host: str, port: int) -> None:
+    """Run the embedded development broker (Tansu, in memory) until interrupted."""
+    from .devbroker import BrokerError, DevBroker
+
+    try:
+        DevBroker(host=host, port=port, log_level=os.environ.get("RUST_LOG", "warn")).run_forever()
+    except BrokerError as failed:
+        raise click.ClickException(str(failed)) from None
+
+
+if __name__ == "__main__":
+    main()

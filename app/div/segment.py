@@ -1,0 +1,97 @@
+"""Consumer-side state of one producer's current segment in one partition (Venice's Segment)."""
+
+from __future__ import annotations
+
+import enum
+
+from .faults import DataAfterSegmentEnded
+from .wire import ChecksumType, adhash_add
+
+
+class SegmentStatus(enum.IntEnum):
+    NOT_STARTED = 0
+    IN_PROGRESS = 1
+    END_OF_INTERMEDIATE_SEGMENT = 2
+    END_OF_FINAL_SEGMENT = 3
+
+    @property
+    def is_terminal(self) -> bool:
+        return self >= SegmentStatus.END_OF_INTERMEDIATE_SEGMENT
+
+
+class Segment:
+    """Mutable, slot-only: one exists per live (partition, producer) and is touched per record."""
+
+    __slots__ = (
+        "segment_number",
+        "checksum_type",
+        "checksum",
+        "checksum_finalized",
+        "sequence_number",
+        "registered",
+        "started",
+        "ended",
+        "final_segment",
+        "new_segment",
+        "last_offset",
+        "last_producer_ts",
+    )
+
+    def __init__(self, segment_number: int, sequence_number: int, checksum_type: ChecksumType) -> None:
+        self.segment_number = segment_number
+        self.checksum_type = checksum_type
+        # Running ADHASH; None for NONE, which never finalises and so never rejects late data.
+        self.checksum: int | None = 0 if checksum_type == ChecksumType.ADHASH else None
+        self.checksum_finalized = False
+        self.sequence_number = sequence_number
+        self.registered = False
+        self.started = sequence_number > 0
+        self.ended = False
+        self.final_segment = False
+        # True until the first record of this segment object has been fully validated: a
+        # segment created mid-stream may then repeat its first sequence number without it
+        # being a duplicate.
+        self.new_segment = True
+        self.last_offset = -1
+        self.last_producer_ts = -1
+
+    @property
+    def status(self) -> SegmentStatus:
+        if not self.started:
+            return SegmentStatus.NOT_STARTED
+        if self.ended:
+            return SegmentStatus.END_OF_FINAL_SEGMENT if self.final_segment else SegmentStatus.END_OF_INTERMEDIATE_SEGMENT
+        return SegmentStatus.IN_PROGRESS
+
+    def add_to_checksum(self, crc: int) -> None:
+        if self.checksum is None:
+            return
+        if self.checksum_finalized:
+            raise DataAfterSegmentEnded(
+                f"record in segment {self.segment_number} after its END_OF_SEGMENT finalised the checksum"
+            )
+        self.checksum = adhash_add(self.checksum, crc)
+
+    def final_checksum(self) -> int | None:
+        """Finalise (from now on further data raises DataAfterSegmentEnded) and return the checksum."""
+        self.checksum_finalized = True
+        return self.checksum
+
+    def end(self, final: bool) -> None:
+        self.ended = True
+        self.final_segment = final
+
+    def copy(self) -> Segment:
+        clone = Segment.__new__(Segment)
+        for name in Segment.__slots__:
+            setattr(clone, name, getattr(self, name))
+        return clone
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Segment):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in Segment.__slots__)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in Segment.__slots__)
+        return f"Segment({fields})"

@@ -1,0 +1,185 @@
+"""Per-partition DIV state machine: a branch-for-branch port of Venice's PartitionTracker.
+
+Each `_track_*` step mutates state and then may raise, in a fixed order (segment, sequence,
+checksum). What a step changed before a later step raises stays changed, exactly as in
+Venice: e.g. the sequence number has already advanced when the checksum step raises CORRUPT,
+and an unregistered segment is already stored when UNREGISTERED_PRODUCER is raised.
+
+Tolerance is injected, never decided here. Two kinds, as the product defines them:
+- `tolerate_segment_jump`: may a jump in segment numbers be accepted? Log compaction never
+  explains one (control records have unique keys), so callers pass False except when forcing
+  state past a reported fault.
+- `tolerate()`: may a sequence gap, an END_OF_SEGMENT checksum mismatch or data after a
+  finalised segment be excused? Evaluated lazily, only by branches that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .faults import (
+    CorruptData,
+    DataAfterSegmentEnded,
+    DuplicateData,
+    ImproperlyStartedSegment,
+    MissingData,
+)
+from .segment import Segment
+from .wire import ChecksumType, DivHeader, Kind
+
+Tolerate = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
+
+
+class PartitionTracker:
+    __slots__ = ("segments",)
+
+    def __init__(self) -> None:
+        self.segments: dict[bytes, Segment] = {}
+
+    def validate(
+        self,
+        header: DivHeader,
+        crc: int,
+        offset: int,
+        eop: bool,
+        tolerate: Tolerate = _never,
+        tolerate_segment_jump: bool = False,
+    ) -> None:
+        """Validate one record; raises a DataValidationError subclass on any fault.
+
+        `crc` is the record CRC32 recomputed from the received bytes; `eop` is True when the
+        partition is not inside a push.
+        """
+        prev = self.segments.get(header.guid)
+        segment = self._track_segment(prev, header, eop, tolerate_segment_jump)
+        self._track_sequence_number(segment, header, eop, tolerate, prev is not None)
+        self._track_checksum(segment, header, crc, eop, tolerate)
+        segment.last_offset = offset
+        segment.new_segment = False
+
+    # -- segment -----------------------------------------------------------------------------
+
+    def _track_segment(self, prev: Segment | None, h: DivHeader, eop: bool, tolerate_jump: bool) -> Segment:
+        incoming = h.segment
+        if prev is None:
+            if incoming != 0:
+                # A producer first seen past segment 0: nothing is stored, so inside a push
+                # every later record of it is reported too, as in Venice.
+                _handle_unregistered(h, eop, tolerate_any=True)
+            return self._initialize_new_segment(h, eop, tolerate_any=True)
+        if incoming == prev.segment_number:
+            return prev  # even if ended: the checksum step judges what follows an END_OF_SEGMENT
+        if incoming == prev.segment_number + 1 and prev.ended:
+            # A clean rollover must open with START_OF_SEGMENT, even after the push.
+            return self._initialize_new_segment(h, eop, tolerate_any=False)
+        if incoming > prev.segment_number:
+            if tolerate_jump:
+                return self._initialize_new_segment(h, eop, tolerate_any=True)
+            if incoming == prev.segment_number + 1:
+                raise MissingData(
+                    f"segment {incoming} started before segment {prev.segment_number} ended: "
+                    f"its END_OF_SEGMENT (after seq {prev.sequence_number}) is missing"
+                )
+            raise MissingData(
+                f"segment {incoming} follows segment {prev.segment_number}: "
+                f"segments {prev.segment_number + 1}..{incoming - 1} are missing"
+            )
+        raise DuplicateData(f"segment {incoming} is older than the current segment {prev.segment_number}")
+
+    def _initialize_new_segment(self, h: DivHeader, eop: bool, tolerate_any: bool) -> Segment:
+        registered = h.kind == Kind.START_OF_SEGMENT
+        segment = Segment(h.segment, h.seq, h.checksum_type if registered else ChecksumType.NONE)
+        segment.last_producer_ts = h.producer_ts
+        # Stored before the possible raise below, so the producer's next record validates
+        # against it instead of being reported unregistered again.
+        self.segments[h.guid] = segment
+        if registered:
+            segment.registered = True
+        else:
+            _handle_unregistered(h, eop, tolerate_any)
+        return segment
+
+    # -- sequence ----------------------------------------------------------------------------
+
+    def _track_sequence_number(self, s: Segment, h: DivHeader, eop: bool, tolerate: Tolerate, had_prev: bool) -> None:
+        incoming = h.seq
+        previous = s.sequence_number
+        if not s.started:  # the START_OF_SEGMENT at seq 0 lands here
+            s.started = True
+            s.last_producer_ts = h.producer_ts
+            return
+        if incoming == previous + 1:
+            s.sequence_number = incoming
+            s.last_producer_ts = h.producer_ts
+            return
+        if incoming == previous:
+            if not s.new_segment:
+                raise DuplicateData(f"seq {incoming} of segment {s.segment_number} was already accepted")
+            # First record of a segment object created from this very record.
+            s.last_producer_ts = h.producer_ts
+            return
+        if incoming < previous:
+            if not had_prev:  # defensive, as in Venice; unreachable for a fresh segment
+                s.last_producer_ts = h.producer_ts
+                return
+            raise DuplicateData(
+                f"seq {incoming} of segment {s.segment_number} is at or below the last accepted seq {previous}"
+            )
+        # A gap. Mid-stream (unregistered) segments after the push may have gaps: their start
+        # was never seen, so nothing proves the records in between were ours to see.
+        if (eop and not s.registered) or tolerate():
+            s.sequence_number = incoming
+            s.last_producer_ts = h.producer_ts
+            return
+        missing = incoming - previous - 1
+        raise MissingData(
+            f"seq {incoming} follows seq {previous} in segment {s.segment_number}: "
+            f"{missing} record{'s' if missing != 1 else ''} missing ({previous + 1}..{incoming - 1})"
+        )
+
+    # -- checksum ----------------------------------------------------------------------------
+
+    def _track_checksum(self, s: Segment, h: DivHeader, crc: int, eop: bool, tolerate: Tolerate) -> None:
+        kind = h.kind
+        # The per-record CRC is checked first, for every DATA record in any segment; a record
+        # that fails it is not added to the segment checksum.
+        if kind == Kind.DATA and crc != h.crc:
+            raise CorruptData(
+                f"record CRC32 {crc:08x} computed from key and value differs from {h.crc:08x} in its div header"
+            )
+        if not s.registered:
+            # The segment's start was not seen, so its checksum is unusable.
+            if kind == Kind.END_OF_SEGMENT:
+                s.end(h.final_segment)
+            return
+        if kind != Kind.END_OF_SEGMENT:
+            try:
+                s.add_to_checksum(crc)
+            except DataAfterSegmentEnded:
+                if not tolerate():
+                    raise
+            return
+        final = s.final_checksum()
+        if final is None or final == h.segment_checksum or tolerate():
+            s.end(h.final_segment)
+            return
+        if eop:
+            # End the segment first, so that the producer's next START_OF_SEGMENT is not
+            # reported MISSING.
+            s.end(h.final_segment)
+        raise CorruptData(
+            f"segment {s.segment_number} ADHASH {final:016x} differs from {h.segment_checksum:016x} "
+            f"in its END_OF_SEGMENT: a record of the segment was lost or altered"
+        )
+
+
+def _handle_unregistered(h: DivHeader, eop: bool, tolerate_any: bool) -> None:
+    if not eop or not tolerate_any:
+        where = "inside a push" if not eop else "after its previous segment ended"
+        raise ImproperlyStartedSegment(
+            f"segment {h.segment} seq {h.seq} arrived without its START_OF_SEGMENT ({where})"
+        )

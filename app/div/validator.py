@@ -1,0 +1,194 @@
+"""The validator façade: one PartitionTracker and push phase per (topic, partition).
+
+It turns tracker exceptions into verdicts and does what Venice's ingestion task does around
+the tracker: outside a push a fatal fault is reported and a second pass with everything
+tolerated moves state past it; inside a push the fault is reported, state stays as the
+tracker left it, and the push is FAILED until the next START_OF_PUSH.
+
+Pure: no I/O, and time comes in with each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .faults import (
+    FATAL_VERDICTS,
+    DataValidationError,
+    FatalDataValidation,
+    ImproperlyStartedSegment,
+    Verdict,
+)
+from .record import ConsumedRecord
+from .segment import Segment
+from .tracker import PartitionTracker
+from .wire import HEADER_NAME, Kind, MalformedHeader, decode, record_crc
+
+DISABLED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicy:
+    """What the validator must know of a topic's configuration."""
+
+    # The topic's min.compaction.lag.ms when cleanup.policy includes compact, else None.
+    compaction_lag_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationResult:
+    record: ConsumedRecord
+    verdict: Verdict
+    guid: bytes | None = None
+    segment: int | None = None
+    seq: int | None = None
+    fatal: bool = False
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class PartitionValidation:
+    """Everything the validator keeps for one (topic, partition)."""
+
+    tracker: PartitionTracker = field(default_factory=PartitionTracker)
+    in_push: bool = False
+    # The last push failed; cleared by the next START_OF_PUSH.
+    push_failed: bool = False
+    last_offset: int = -1
+    counts: dict[Verdict, int] = field(default_factory=dict)
+    # Latest producer timestamp over the producer states saved at the previous checkpoint:
+    # the data-relative anchor of maxAge expiry (Venice's calculateLatestMessageTimeInMs).
+    checkpoint_anchor_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What to save for one partition: producer states to upsert and expired GUIDs to delete."""
+
+    upserts: Mapping[bytes, Segment]
+    expired: tuple[bytes, ...]
+
+
+_UNTRACKED_DETAIL = "no div header"
+
+
+class DataIntegrityValidator:
+    def __init__(
+        self,
+        policy: Callable[[str], TopicPolicy] = lambda topic: TopicPolicy(),
+        *,
+        start_in_push: bool = False,
+        max_age_ms: int = DISABLED,
+    ) -> None:
+        self._policy = policy
+        self._policies: dict[str, TopicPolicy] = {}
+        self._start_in_push = start_in_push
+        self.max_age_ms = max_age_ms
+        self.partitions: dict[tuple[str, int], PartitionValidation] = {}
+
+    def partition(self, topic: str, partition: int) -> PartitionValidation:
+        key = (topic, partition)
+        state = self.partitions.get(key)
+        if state is None:
+            state = self.partitions[key] = PartitionValidation(in_push=self._start_in_push)
+        return state
+
+    def clear_partition(self, topic: str, partition: int) -> None:
+        self.partitions.pop((topic, partition), None)
+
+    def _topic_policy(self, topic: str) -> TopicPolicy:
+        policy = self._policies.get(topic)
+        if policy is None:
+            policy = self._policies[topic] = self._policy(topic)
+        return policy
+
+    def validate(self, record: ConsumedRecord, now_ms: int) -> ValidationResult:
+        raw = None
+        found = 0
+        for name, value in record.headers:
+            if name == HEADER_NAME:
+                found += 1
+                raw = value
+        if not found:
+            return self._count(record, ValidationResult(record, Verdict.UNTRACKED, detail=_UNTRACKED_DETAIL))
+        if found > 1:
+            return self._count(
+                record, ValidationResult(record, Verdict.MALFORMED, detail=f"{found} div headers, expected one")
+            )
+        try:
+            header = decode(raw)
+        except MalformedHeader as bad:
+            return self._count(record, ValidationResult(record, Verdict.MALFORMED, detail=str(bad)))
+
+        part = self.partition(record.topic, record.partition)
+        kind = header.kind
+        is_push_marker = kind == Kind.START_OF_PUSH or kind == Kind.END_OF_PUSH
+        # START_OF_PUSH and END_OF_PUSH are validated as inside the push they delimit.
+        inside_push = part.in_push or is_push_marker
+        eop = not inside_push
+        crc = record_crc(kind, record.key, record.value)
+        lag_ms = self._topic_policy(record.topic).compaction_lag_ms
+
+        def tolerate_compacted_gap() -> bool:
+            # Compaction may have removed superseded records once they are min.compaction.lag.ms old.
+            return lag_ms is not None and now_ms - record.timestamp >= lag_ms
+
+        tracker = part.tracker
+        verdict = Verdict.OK
+        detail = ""
+        try:
+            tracker.validate(header, crc, record.offset, eop, tolerate_compacted_gap)
+        except DataValidationError as fault:
+            verdict = fault.verdict
+            detail = fault.detail
+            if eop and isinstance(fault, FatalDataValidation) and not isinstance(fault, ImproperlyStartedSegment):
+                # Reported; now force state past the fault so one loss is one report.
+                try:
+                    tracker.validate(header, crc, record.offset, True, _always, tolerate_segment_jump=True)
+                except DataValidationError:
+                    pass  # e.g. DUPLICATE for a corrupt END_OF_SEGMENT: the record is skipped
+
+        if is_push_marker and verdict is not Verdict.DUPLICATE:
+            part.in_push = kind == Kind.START_OF_PUSH
+            if part.in_push:
+                part.push_failed = False
+        fatal = inside_push and verdict in FATAL_VERDICTS
+        if fatal:
+            part.push_failed = True
+        result = ValidationResult(record, verdict, header.guid, header.segment, header.seq, fatal, detail)
+        return self._count(record, result, part)
+
+    def _count(
+        self, record: ConsumedRecord, result: ValidationResult, part: PartitionValidation | None = None
+    ) -> ValidationResult:
+        if part is None:
+            part = self.partition(record.topic, record.partition)
+        part.counts[result.verdict] = part.counts.get(result.verdict, 0) + 1
+        if record.offset > part.last_offset:
+            part.last_offset = record.offset
+        return result
+
+    def validate_all(self, records: Iterable[ConsumedRecord], now_ms: int) -> list[ValidationResult]:
+        return [self.validate(r, now_ms) for r in records]
+
+    def checkpoint(self, topic: str, partition: int) -> Checkpoint:
+        """Producer states to persist now, after dropping those expired by maxAge.
+
+        Expiry is data-relative, as in Venice: a producer is kept iff its last producer
+        timestamp is >= (latest timestamp saved at the previous checkpoint) - maxAge.
+        """
+        part = self.partition(topic, partition)
+        segments = part.tracker.segments
+        expired: list[bytes] = []
+        if self.max_age_ms != DISABLED and part.checkpoint_anchor_ms != -1:
+            threshold = part.checkpoint_anchor_ms - self.max_age_ms
+            expired = [guid for guid, s in segments.items() if s.last_producer_ts < threshold]
+            for guid in expired:
+                del segments[guid]
+        part.checkpoint_anchor_ms = max((s.last_producer_ts for s in segments.values()), default=-1)
+        return Checkpoint(upserts=dict(segments), expired=tuple(expired))
+
+
+def _always() -> bool:
+    return True

@@ -1,0 +1,148 @@
+"""The `div` record header, version 1: the only place that knows its byte layout.
+
+Layout (big-endian), documented for users in docs/wire-format.md:
+
+    0   1  format version (1)
+    1   1  kind (see Kind)
+    2  16  producer GUID
+    18  4  segment number (unsigned)
+    22  4  sequence number (unsigned)
+    26  8  producer timestamp, ms since epoch (signed)
+    34  4  record CRC32 over kind, key and value (see record_crc)
+    38  1  START_OF_SEGMENT only: checksum type
+    38  9  END_OF_SEGMENT only: segment checksum (8, unsigned) and final-segment flag (1)
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass
+
+HEADER_NAME = "div"
+FORMAT_VERSION = 1
+
+_COMMON = struct.Struct(">BB16sIIqI")
+_SOS_TAIL = struct.Struct(">B")
+_EOS_TAIL = struct.Struct(">QB")
+COMMON_SIZE = _COMMON.size  # 38
+SOS_SIZE = COMMON_SIZE + _SOS_TAIL.size  # 39
+EOS_SIZE = COMMON_SIZE + _EOS_TAIL.size  # 47
+
+_LEN = struct.Struct(">i")
+_CONTROL_KEY = struct.Struct(">16sII")
+_UINT64_MASK = (1 << 64) - 1
+
+
+class Kind(enum.IntEnum):
+    DATA = 0
+    START_OF_SEGMENT = 1
+    END_OF_SEGMENT = 2
+    START_OF_PUSH = 3
+    END_OF_PUSH = 4
+
+
+class ChecksumType(enum.IntEnum):
+    """Segment checksum types. The codes are Venice's, so 1-3 stay reserved."""
+
+    NONE = 0
+    ADHASH = 4
+
+
+_KINDS = {k.value: k for k in Kind}
+_CHECKSUM_TYPES = {c.value: c for c in ChecksumType}
+_SIZE_BY_KIND = {
+    Kind.DATA: COMMON_SIZE,
+    Kind.START_OF_SEGMENT: SOS_SIZE,
+    Kind.END_OF_SEGMENT: EOS_SIZE,
+    Kind.START_OF_PUSH: COMMON_SIZE,
+    Kind.END_OF_PUSH: COMMON_SIZE,
+}
+
+
+class MalformedHeader(ValueError):
+    """The `div` header cannot be decoded; the message says which field is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class DivHeader:
+    kind: Kind
+    guid: bytes
+    segment: int
+    seq: int
+    producer_ts: int
+    crc: int
+    checksum_type: ChecksumType | None = None  # START_OF_SEGMENT only
+    segment_checksum: int | None = None  # END_OF_SEGMENT only
+    final_segment: bool | None = None  # END_OF_SEGMENT only
+
+
+def record_crc(kind: int, key: bytes | None, value: bytes | None) -> int:
+    """CRC32 (zlib/IEEE) over kind byte, int32 key length (-1 if null), key, int32 value length, value."""
+    crc = zlib.crc32(bytes((kind,)))
+    if key is None:
+        crc = zlib.crc32(b"\xff\xff\xff\xff", crc)
+    else:
+        crc = zlib.crc32(key, zlib.crc32(_LEN.pack(len(key)), crc))
+    if value is None:
+        return zlib.crc32(b"\xff\xff\xff\xff", crc)
+    return zlib.crc32(value, zlib.crc32(_LEN.pack(len(value)), crc))
+
+
+def adhash_add(checksum: int, crc: int) -> int:
+    """ADHASH: the order-independent sum of record CRC32s, mod 2^64."""
+    return (checksum + crc) & _UINT64_MASK
+
+
+def control_key(guid: bytes, segment: int, seq: int) -> bytes:
+    """Key of a control record: unique per (GUID, segment, seq), so compaction never collapses two."""
+    return _CONTROL_KEY.pack(guid, segment, seq)
+
+
+def encode(header: DivHeader) -> bytes:
+    common = _COMMON.pack(
+        FORMAT_VERSION,
+        header.kind,
+        header.guid,
+        header.segment,
+        header.seq,
+        header.producer_ts,
+        header.crc,
+    )
+    if header.kind == Kind.START_OF_SEGMENT:
+        ctype = ChecksumType.ADHASH if header.checksum_type is None else header.checksum_type
+        return common + _SOS_TAIL.pack(ctype)
+    if header.kind == Kind.END_OF_SEGMENT:
+        return common + _EOS_TAIL.pack(header.segment_checksum or 0, 1 if header.final_segment else 0)
+    return common
+
+
+def decode(raw: bytes | None) -> DivHeader:
+    """Decode one `div` header value, or raise MalformedHeader saying what is wrong."""
+    if raw is None:
+        raise MalformedHeader("div header has a null value")
+    size = len(raw)
+    if size < COMMON_SIZE:
+        raise MalformedHeader(f"div header is {size} bytes, shorter than the {COMMON_SIZE}-byte minimum")
+    version, kind_code, guid, segment, seq, producer_ts, crc = _COMMON.unpack_from(raw)
+    if version != FORMAT_VERSION:
+        raise MalformedHeader(f"div header format version {version} is not {FORMAT_VERSION}")
+    kind = _KINDS.get(kind_code)
+    if kind is None:
+        raise MalformedHeader(f"div header kind {kind_code} is unknown")
+    expected = _SIZE_BY_KIND[kind]
+    if size != expected:
+        raise MalformedHeader(f"div header of kind {kind.name} is {size} bytes, expected {expected}")
+    if kind == Kind.START_OF_SEGMENT:
+        (ctype_code,) = _SOS_TAIL.unpack_from(raw, COMMON_SIZE)
+        ctype = _CHECKSUM_TYPES.get(ctype_code)
+        if ctype is None:
+            raise MalformedHeader(f"START_OF_SEGMENT checksum type {ctype_code} is neither 0 (NONE) nor 4 (ADHASH)")
+        return DivHeader(kind, guid, segment, seq, producer_ts, crc, checksum_type=ctype)
+    if kind == Kind.END_OF_SEGMENT:
+        checksum, final = _EOS_TAIL.unpack_from(raw, COMMON_SIZE)
+        if final > 1:
+            raise MalformedHeader(f"END_OF_SEGMENT final-segment flag {final} is neither 0 nor 1")
+        return DivHeader(kind, guid, segment, seq, producer_ts, crc, segment_checksum=checksum, final_segment=bool(final))
+    return DivHeader(kind, guid, segment, seq, producer_ts, crc)

@@ -1,0 +1,186 @@
+"""DivWriter: an aiokafka producer that stamps every record with DIV metadata.
+
+The partition of each record must be known before it is stamped (segments and sequence
+numbers are per partition), so the writer picks it itself: Kafka's default murmur2
+partitioner for keyed records, as the Java client and aiokafka do, and round robin for
+records without a key.
+
+Per-partition locks make the order on the wire equal sequence order: a record's DIV update
+and its hand-off to the producer's accumulator happen under the partition's lock, and
+aiokafka keeps one batch in flight per partition, so retries cannot reorder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterable
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
+
+from .div.stamper import DISABLED, DivStamper, OutgoingRecord
+from .div.wire import ChecksumType, Kind
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class DivWriter:
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        *,
+        checksum_type: ChecksumType = ChecksumType.ADHASH,
+        max_records_per_segment: int = DISABLED,
+        max_segment_age_ms: int = 5 * 60 * 1000,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        guid: bytes | None = None,
+        owns_producer: bool = False,
+    ) -> None:
+        # The CRC covers the exact bytes on the wire, so the producer must not re-serialize.
+        if getattr(producer, "_key_serializer", None) or getattr(producer, "_value_serializer", None):
+            raise ValueError("DivWriter needs a producer without key/value serializers: pass bytes")
+        self.producer = producer
+        self.stamper = DivStamper(
+            guid,
+            checksum_type=checksum_type,
+            max_records_per_segment=max_records_per_segment,
+            max_segment_age_ms=max_segment_age_ms,
+        )
+        self._clock_ms = clock_ms
+        self._owns_producer = owns_producer
+        self._partitioner = DefaultPartitioner()
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._round_robin: dict[str, itertools.cycle] = {}
+        self._closed = False
+
+    @classmethod
+    async def start(cls, bootstrap_servers: str, *, producer_options: dict | None = None, **writer_options) -> DivWriter:
+        """A writer with a producer of its own, started; `close()` stops it."""
+        options = {"acks": "all", "linger_ms": 5, **(producer_options or {})}
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, **options)
+        await producer.start()
+        return cls(producer, owns_producer=True, **writer_options)
+
+    @property
+    def guid(self) -> bytes:
+        return self.stamper.guid
+
+    async def partitions(self, topic: str) -> list[int]:
+        found = await self.producer.partitions_for(topic)
+        if not found:
+            raise LookupError(f"topic {topic!r} has no partitions the producer can see")
+        return sorted(found)
+
+    async def partition_for(self, topic: str, key: bytes | None) -> int:
+        partitions = await self.partitions(topic)
+        if key is None:
+            cycle = self._round_robin.get(topic)
+            if cycle is None:
+                cycle = self._round_robin[topic] = itertools.cycle(partitions)
+            return next(cycle)
+        return self._partitioner(key, partitions, partitions)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] = (),
+    ) -> asyncio.Future:
+        """Stamp and enqueue one record; the returned future resolves to its RecordMetadata."""
+        self._check_open()
+        if partition is None:
+            partition = await self.partition_for(topic, key)
+        async with self._lock(topic, partition):
+            records = self.stamper.data(topic, partition, key, value, self._clock_ms(), tuple(headers))
+            return await self._enqueue(records)
+
+    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, **kwargs):
+        return await (await self.send(topic, value, key, **kwargs))
+
+    async def start_push(self, topic: str) -> None:
+        """START_OF_PUSH on every partition of the topic."""
+        await self._broadcast(topic, Kind.START_OF_PUSH)
+
+    async def end_push(self, topic: str) -> None:
+        """END_OF_PUSH on every partition, then close every segment of the topic as final."""
+        await self._broadcast(topic, Kind.END_OF_PUSH)
+        await self.end_segments(topic, final=True)
+
+    async def end_segment(self, topic: str, partition: int, final: bool = True) -> None:
+        async with self._lock(topic, partition):
+            await self._enqueue(self.stamper.end_segment(topic, partition, final, self._clock_ms()))
+
+    async def end_segments(self, topic: str | None = None, *, final: bool = True) -> None:
+        for tp_topic, partition in self.stamper.open_partitions(topic):
+            await self.end_segment(tp_topic, partition, final)
+
+    async def flush(self) -> None:
+        await self.producer.flush()
+
+    async def close(self) -> None:
+        """End every open segment as final, wait until everything is acknowledged, then stop."""
+        if self._closed:
+            return
+        await self.end_segments(final=True)
+        await self.producer.flush()
+        self._closed = True
+        if self._owns_producer:
+            await self.producer.stop()
+
+    async def __aenter__(self) -> DivWriter:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def _broadcast(self, topic: str, kind: Kind) -> None:
+        self._check_open()
+        futures = []
+        for partition in await self.partitions(topic):
+            async with self._lock(topic, partition):
+                futures.append(await self._enqueue(self.stamper.control(topic, partition, kind, self._clock_ms())))
+        await asyncio.gather(*futures)
+
+    async def _enqueue(self, records: list[OutgoingRecord]) -> asyncio.Future | None:
+        """Hand the records to the producer in order; one future for all of them.
+
+        It resolves to the last record's metadata, or raises the first failure, so a lost
+        control record is never silent.
+        """
+        futures = [
+            await self.producer.send(
+                record.topic,
+                value=record.value,
+                key=record.key,
+                partition=record.partition,
+                headers=list(record.headers),
+            )
+            for record in records
+        ]
+        if not futures:
+            return None
+        if len(futures) == 1:
+            return futures[0]
+        return asyncio.ensure_future(_last_result(futures))
+
+    def _lock(self, topic: str, partition: int) -> asyncio.Lock:
+        lock = self._locks.get((topic, partition))
+        if lock is None:
+            lock = self._locks[(topic, partition)] = asyncio.Lock()
+        return lock
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("DivWriter is closed")
+
+
+async def _last_result(futures: list[asyncio.Future]):
+    results = await asyncio.gather(*futures)
+    return results[-1]
