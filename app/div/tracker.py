@@ -28,6 +28,7 @@ from .segment import Segment
 from .wire import ChecksumType, DivHeader, Kind
 
 Tolerate = Callable[[], bool]
+_UINT64_MASK = (1 << 64) - 1
 
 
 def _never() -> bool:
@@ -39,6 +40,33 @@ class PartitionTracker:
 
     def __init__(self) -> None:
         self.segments: dict[bytes, Segment] = {}
+
+    def accept_in_order(
+        self, guid: bytes, segment: int, seq: int, producer_ts: int, header_crc: int, crc: int, offset: int
+    ) -> bool:
+        """The common case in one step: an intact DATA record with the next seq of its segment.
+
+        Does exactly what the three steps of `validate` do for such a record, from the header
+        fields alone (no DivHeader is built); returns False, changing nothing, for any other
+        record, which must then go through `validate`.
+        """
+        s = self.segments.get(guid)
+        if (
+            s is None
+            or segment != s.segment_number
+            or seq != s.sequence_number + 1
+            or not s.started
+            or crc != header_crc
+            or s.checksum_finalized
+        ):
+            return False
+        s.sequence_number = seq
+        s.last_producer_ts = producer_ts
+        if s.registered and s.checksum is not None:
+            s.checksum = (s.checksum + crc) & _UINT64_MASK
+        s.last_offset = offset
+        s.new_segment = False
+        return True
 
     def validate(
         self,

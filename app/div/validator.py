@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .faults import (
     FATAL_VERDICTS,
@@ -23,7 +24,7 @@ from .faults import (
 from .record import ConsumedRecord
 from .segment import Segment
 from .tracker import PartitionTracker
-from .wire import HEADER_NAME, Kind, MalformedHeader, decode, record_crc
+from .wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, MalformedHeader, decode, record_crc, unpack_common
 
 DISABLED = -1
 
@@ -36,8 +37,8 @@ class TopicPolicy:
     compaction_lag_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ValidationResult:
+class ValidationResult(NamedTuple):
+    # A tuple, not a dataclass: one is made per consumed record.
     record: ConsumedRecord
     verdict: Verdict
     guid: bytes | None = None
@@ -56,10 +57,17 @@ class PartitionValidation:
     # The last push failed; cleared by the next START_OF_PUSH.
     push_failed: bool = False
     last_offset: int = -1
-    counts: dict[Verdict, int] = field(default_factory=dict)
+    records: int = 0
+    # Per verdict other than OK; OK is records minus their sum (kept out of the hot path).
+    verdict_counts: dict[Verdict, int] = field(default_factory=dict)
     # Latest producer timestamp over the producer states saved at the previous checkpoint:
     # the data-relative anchor of maxAge expiry (Venice's calculateLatestMessageTimeInMs).
     checkpoint_anchor_ms: int = -1
+
+    @property
+    def counts(self) -> dict[Verdict, int]:
+        ok = self.records - sum(self.verdict_counts.values())
+        return {Verdict.OK: ok, **self.verdict_counts} if ok else dict(self.verdict_counts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,11 @@ class Checkpoint:
 
 
 _UNTRACKED_DETAIL = "no div header"
+_DATA = int(Kind.DATA)
+_OK = Verdict.OK
+_unpack_common = unpack_common
+# Builds the result tuple without NamedTuple's Python-level __new__: it is made per record.
+_new_result = tuple.__new__
 
 
 class DataIntegrityValidator:
@@ -110,6 +123,23 @@ class DataIntegrityValidator:
             if name == HEADER_NAME:
                 found += 1
                 raw = value
+        # Fast path: an intact in-order DATA record of a known producer, read straight from
+        # the header bytes. Anything else takes the full path below.
+        if found == 1 and raw is not None and len(raw) == COMMON_SIZE:
+            version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
+            if version == FORMAT_VERSION and kind == _DATA:
+                part = self.partitions.get((record.topic, record.partition))
+                if part is not None and part.tracker.accept_in_order(
+                    guid, segment, seq, producer_ts, header_crc, record_crc(_DATA, record.key, record.value),
+                    record.offset,
+                ):
+                    part.records += 1
+                    if record.offset > part.last_offset:
+                        part.last_offset = record.offset
+                    return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, ""))
+        return self._validate_full(record, now_ms, found, raw)
+
+    def _validate_full(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
         if not found:
             return self._count(record, ValidationResult(record, Verdict.UNTRACKED, detail=_UNTRACKED_DETAIL))
         if found > 1:
@@ -123,18 +153,19 @@ class DataIntegrityValidator:
 
         part = self.partition(record.topic, record.partition)
         kind = header.kind
+        crc = record_crc(kind, record.key, record.value)
+        tracker = part.tracker
+
         is_push_marker = kind == Kind.START_OF_PUSH or kind == Kind.END_OF_PUSH
         # START_OF_PUSH and END_OF_PUSH are validated as inside the push they delimit.
         inside_push = part.in_push or is_push_marker
         eop = not inside_push
-        crc = record_crc(kind, record.key, record.value)
         lag_ms = self._topic_policy(record.topic).compaction_lag_ms
 
         def tolerate_compacted_gap() -> bool:
             # Compaction may have removed superseded records once they are min.compaction.lag.ms old.
             return lag_ms is not None and now_ms - record.timestamp >= lag_ms
 
-        tracker = part.tracker
         verdict = Verdict.OK
         detail = ""
         try:
@@ -164,7 +195,9 @@ class DataIntegrityValidator:
     ) -> ValidationResult:
         if part is None:
             part = self.partition(record.topic, record.partition)
-        part.counts[result.verdict] = part.counts.get(result.verdict, 0) + 1
+        part.records += 1
+        if result.verdict is not Verdict.OK:
+            part.verdict_counts[result.verdict] = part.verdict_counts.get(result.verdict, 0) + 1
         if record.offset > part.last_offset:
             part.last_offset = record.offset
         return result

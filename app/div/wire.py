@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 HEADER_NAME = "div"
 FORMAT_VERSION = 1
@@ -27,10 +27,14 @@ _COMMON = struct.Struct(">BB16sIIqI")
 _SOS_TAIL = struct.Struct(">B")
 _EOS_TAIL = struct.Struct(">QB")
 COMMON_SIZE = _COMMON.size  # 38
+# (version, kind, guid, segment, seq, producer_ts, crc) of any header, without validation.
+unpack_common = _COMMON.unpack_from
 SOS_SIZE = COMMON_SIZE + _SOS_TAIL.size  # 39
 EOS_SIZE = COMMON_SIZE + _EOS_TAIL.size  # 47
 
 _LEN = struct.Struct(">i")
+_KIND_LEN = struct.Struct(">Bi")
+_NULL_LEN = _LEN.pack(-1)
 _CONTROL_KEY = struct.Struct(">16sII")
 _UINT64_MASK = (1 << 64) - 1
 
@@ -65,8 +69,8 @@ class MalformedHeader(ValueError):
     """The `div` header cannot be decoded; the message says which field is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
-class DivHeader:
+class DivHeader(NamedTuple):
+    # A tuple, not a dataclass: one is decoded per consumed record.
     kind: Kind
     guid: bytes
     segment: int
@@ -78,16 +82,15 @@ class DivHeader:
     final_segment: bool | None = None  # END_OF_SEGMENT only
 
 
-def record_crc(kind: int, key: bytes | None, value: bytes | None) -> int:
+def record_crc(kind: int, key: bytes | None, value: bytes | None, _crc32=zlib.crc32) -> int:
     """CRC32 (zlib/IEEE) over kind byte, int32 key length (-1 if null), key, int32 value length, value."""
-    crc = zlib.crc32(bytes((kind,)))
     if key is None:
-        crc = zlib.crc32(b"\xff\xff\xff\xff", crc)
+        crc = _crc32(_KIND_LEN.pack(kind, -1))
     else:
-        crc = zlib.crc32(key, zlib.crc32(_LEN.pack(len(key)), crc))
+        crc = _crc32(key, _crc32(_KIND_LEN.pack(kind, len(key))))
     if value is None:
-        return zlib.crc32(b"\xff\xff\xff\xff", crc)
-    return zlib.crc32(value, zlib.crc32(_LEN.pack(len(value)), crc))
+        return _crc32(_NULL_LEN, crc)
+    return _crc32(value, _crc32(_LEN.pack(len(value)), crc))
 
 
 def adhash_add(checksum: int, crc: int) -> int:
