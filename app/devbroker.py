@@ -38,7 +38,7 @@ _FREE_PORT_ATTEMPTS = 3
 
 
 class BrokerError(RuntimeError):
-    """The development broker could not be found, started or stopped."""
+    """The development broker could not be found or started."""
 
 
 def tansu_binary() -> str:
@@ -86,7 +86,9 @@ def _make_executable(path: Path) -> bool:
 class DevBroker:
     """A Tansu broker in a child process, listening on and advertising `host:port`.
 
-    `port=0` picks a free port at start; read it back from `.port` or `.bootstrap`.
+    `host` is also what clients are told to connect to, so it must be reachable by them
+    (not 0.0.0.0). `port=0` picks a free port at start; read it back from `.port` or
+    `.bootstrap`. Tansu's output goes to a temporary file, quoted when start-up fails.
     Use as a context manager, or call `start()` and `stop()`.
     """
 

@@ -1,0 +1,81 @@
+"""Reading topics with aiokafka into the validator's ConsumedRecord shape."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from .div.record import ConsumedRecord
+from .kafka_compat import detect_tansu, end_offsets
+
+_STALL_TIMEOUT_S = 30.0
+
+
+def to_consumed_record(message: ConsumerRecord) -> ConsumedRecord:
+    return ConsumedRecord(
+        message.topic,
+        message.partition,
+        message.offset,
+        message.timestamp,
+        message.key,
+        message.value,
+        tuple(message.headers),
+    )
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str, only: Iterable[int] | None = None) -> list[TopicPartition]:
+    """The topic's partitions (all, or `only`), or a LookupError naming what does not exist."""
+    await consumer.topics()  # refreshes metadata for every topic
+    found = consumer.partitions_for_topic(topic)
+    if not found:
+        raise LookupError(f"topic {topic!r} does not exist")
+    wanted = sorted(found) if only is None else sorted(set(only))
+    absent = [p for p in wanted if p not in found]
+    if absent:
+        raise LookupError(f"topic {topic!r} has no partition {', '.join(map(str, absent))} (it has {len(found)})")
+    return [TopicPartition(topic, p) for p in wanted]
+
+
+async def read_snapshot(
+    bootstrap: str, topic: str, partitions: Iterable[int] | None = None, **consumer_options
+) -> AsyncIterator[ConsumedRecord]:
+    """Every record of the topic from its start to its end as of the call; per-partition order.
+
+    Ends are exact on every broker (kafka_compat), so nothing written before the call is missed.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **consumer_options
+    )
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic, partitions)
+        ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
+        starts = await consumer.beginning_offsets(tps)
+        remaining = {tp for tp in tps if ends[tp] > starts[tp]}
+        if not remaining:
+            return
+        consumer.assign(sorted(remaining, key=lambda tp: tp.partition))
+        for tp in remaining:
+            consumer.seek(tp, starts[tp])
+        last_progress = time.monotonic()
+        while remaining:
+            batches = await consumer.getmany(*remaining, timeout_ms=500)
+            for tp, messages in batches.items():
+                for message in messages:
+                    if message.offset >= ends[tp]:
+                        break
+                    yield to_consumed_record(message)
+            for tp in list(remaining):
+                # Compaction and transaction markers leave offset gaps, so compare positions.
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+            if batches:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > _STALL_TIMEOUT_S:
+                stuck = ", ".join(f"{tp.topic}/{tp.partition} at {await consumer.position(tp)} of {ends[tp]}" for tp in remaining)
+                raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {stuck}")
+    finally:
+        await consumer.stop()

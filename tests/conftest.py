@@ -1,0 +1,142 @@
+"""Shared fixtures: one Kafka-protocol broker per test session, and fresh topics on it.
+
+The broker is, in order of preference: the cluster at $KDIV_BOOTSTRAP; Apache Kafka in
+a container when a Docker engine answers; the embedded Tansu broker (app.devbroker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import uuid
+import warnings
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import for_code
+
+from app.devbroker import DevBroker
+from app.kafka_compat import detect_tansu
+
+BOOTSTRAP_ENV = "KDIV_BOOTSTRAP"
+_TOPIC_READY_TIMEOUT_S = 10.0
+
+T = TypeVar("T")
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` to completion from sync code, even inside an async test.
+
+    asyncio.run refuses to run while an event loop is running in the thread (as in an
+    async test), so the coroutine gets a fresh loop in a worker thread.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdiv-fixture") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+    except Exception:  # no client library, no socket, engine down: all mean "no Docker"
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> Iterator[str]:
+    """Bootstrap address ("host:port") of the session's broker."""
+    configured = os.environ.get(BOOTSTRAP_ENV)
+    if configured:
+        yield configured
+    elif _docker_engine_answers():
+        # Imported here: the module pulls in the Docker client, needed on this path only.
+        from testcontainers.community.kafka import KafkaContainer
+
+        with KafkaContainer() as kafka:
+            yield kafka.get_bootstrap_server()
+    else:
+        with DevBroker(port=0) as broker:
+            yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def broker_is_tansu(bootstrap: str) -> bool:
+    return run_coroutine(detect_tansu(bootstrap))
+
+
+@pytest.fixture
+def topic_factory(bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """`topic_factory(partitions=1) -> name`: creates a fresh, uniquely named topic.
+
+    Works from sync and async tests. The topics are deleted after the test.
+    """
+    test_name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:150]
+    created: list[str] = []
+
+    def create_topic(partitions: int = 1) -> str:
+        name = f"kdiv-{test_name}-{uuid.uuid4().hex[:8]}"
+        run_coroutine(_create_topic(bootstrap, name, partitions))
+        created.append(name)
+        return name
+
+    yield create_topic
+
+    if created:
+        try:
+            run_coroutine(_delete_topics(bootstrap, created))
+        except Exception as exc:  # leftover topics must not fail a test that passed
+            warnings.warn(f"could not delete test topics {created} on {bootstrap}: {exc!r}")
+
+
+async def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-tests")
+    await admin.start()
+    try:
+        response = await admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+        )
+        # aiokafka returns per-topic errors instead of raising them.
+        for topic, error_code, *details in response.topic_errors:
+            if error_code:
+                message = details[0] if details else None
+                raise for_code(error_code)(
+                    f"creating topic {topic} ({partitions} partitions) on {bootstrap}: {message}"
+                )
+        await _wait_until_topic_has_leaders(admin, bootstrap, name, partitions)
+    finally:
+        await admin.close()
+
+
+async def _wait_until_topic_has_leaders(
+    admin: AIOKafkaAdminClient, bootstrap: str, name: str, partitions: int
+) -> None:
+    # Apache Kafka answers CreateTopics before every partition has a leader; clients
+    # that start at once would see UnknownTopicOrPartition for a while.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _TOPIC_READY_TIMEOUT_S
+    while True:
+        (description,) = await admin.describe_topics([name])
+        leaders = [p["leader"] for p in description["partitions"]]
+        if description["error_code"] == 0 and len(leaders) == partitions and min(leaders) >= 0:
+            return
+        if loop.time() >= deadline:
+            raise TimeoutError(
+                f"topic {name} on {bootstrap} still lacks partition leaders "
+                f"{_TOPIC_READY_TIMEOUT_S} s after creation: {description}"
+            )
+        await asyncio.sleep(0.05)
+
+
+async def _delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-tests")
+    await admin.start()
+    try:
+        await admin.delete_topics(names)
+    finally:
+        await admin.close()
