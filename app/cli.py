@@ -18,6 +18,16 @@ from .jsonl import InputError, parse_record, result_to_line
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+def bootstrap_option(command):
+    return click.option(
+        "--bootstrap",
+        envvar="KDIV_BOOTSTRAP",
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        help="Kafka bootstrap servers (env KDIV_BOOTSTRAP).",
+    )(command)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kdiv")
 def main() -> None:
@@ -90,13 +100,7 @@ def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | N
 
 @main.command()
 @click.argument("topic")
-@click.option(
-    "--bootstrap",
-    envvar="KDIV_BOOTSTRAP",
-    default=DEFAULT_BOOTSTRAP,
-    show_default=True,
-    help="Kafka bootstrap servers (env KDIV_BOOTSTRAP).",
-)
+@bootstrap_option
 @click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Only these partitions.")
 @click.option("--output", "-o", type=click.File("w", encoding="utf-8"), default="-", help="Where to write (default stdout).")
 def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> None:
@@ -105,6 +109,57 @@ def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> Non
 
     count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None))
     click.echo(f"kdiv dump: {count} records from {topic}", err=True)
+
+
+@main.command()
+@click.argument("topic")
+@bootstrap_option
+@click.option("--from-end", is_flag=True, help="Only records written from now on (default: from the start).")
+@click.option("--phase", type=click.Choice(["push", "stream"]), default="stream", show_default=True,
+              help="Phase every partition starts in.")
+def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
+    """Validate TOPIC live with a plain consumer, printing every fault as a JSON line.
+
+    Keeps no state across runs and reads every partition itself: a quick look at a topic.
+    """
+    from .consume import follow
+    from .jsonl import result_to_line
+
+    validator = DataIntegrityValidator(start_in_push=phase == "push")
+
+    async def run() -> None:
+        async for record in follow(bootstrap, topic, from_beginning=not from_end):
+            result = validator.validate(record, time.time_ns() // 1_000_000)
+            if result.verdict.is_fault:
+                click.echo(result_to_line(result))
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    except LookupError as missing:
+        raise click.ClickException(str(missing)) from None
+
+
+@main.command()
+@bootstrap_option
+@click.option("--topic", default="kdiv-demo", show_default=True, help="Topic to write (created if missing).")
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0.1), default=50.0, show_default=True, help="Records per second.")
+@click.option("--fault-every", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
+              help="Seconds between injected faults (loss, duplicate, corruption, reordering, unregistered, push failure).")
+@click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever).")
+def demo(bootstrap: str, topic: str, partitions: int, rate: float, fault_every: float, duration: float) -> None:
+    """Write a stamped topic and inject every fault class on a schedule."""
+    import logging
+
+    from .demo import run_demo
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        asyncio.run(run_demo(bootstrap, topic, partitions, rate, fault_every, duration))
+    except KeyboardInterrupt:
+        pass
 
 
 @main.command()

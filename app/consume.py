@@ -79,3 +79,24 @@ async def read_snapshot(
                 raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {stuck}")
     finally:
         await consumer.stop()
+
+
+async def follow(bootstrap: str, topic: str, *, from_beginning: bool = True, **consumer_options) -> AsyncIterator[ConsumedRecord]:
+    """Every record of every partition of the topic, live, until cancelled."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **consumer_options
+    )
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, topic)
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        while True:
+            for messages in (await consumer.getmany(timeout_ms=1000)).values():
+                for message in messages:
+                    yield to_consumed_record(message)
+    finally:
+        await consumer.stop()

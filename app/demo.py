@@ -1,0 +1,114 @@
+"""`kdiv demo`: a writer that keeps producing and injects every fault class on a schedule.
+
+Faults are injected between the writer and the broker, the way real pipelines break: a
+stamped record that never arrives (loss), an acknowledged record sent again (duplicate), a
+value changed after stamping (corruption), two records swapped (reordering), a segment whose
+START_OF_SEGMENT is lost (unregistered producer), and a loss inside a push (a fatal fault
+that fails the push).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError, for_code
+
+from .div.stamper import OutgoingRecord
+from .div.wire import Kind
+from .writer import DivWriter
+
+log = logging.getLogger("kdiv.demo")
+
+FAULTS = ("loss", "duplicate", "corruption", "reordering", "unregistered", "push-failure")
+
+
+async def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-demo")
+    await admin.start()
+    try:
+        response = await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        for name, code, *rest in response.topic_errors:
+            if code and for_code(code) is not TopicAlreadyExistsError:
+                raise for_code(code)(f"creating demo topic {name}: {rest[0] if rest else ''}")
+    finally:
+        await admin.close()
+
+
+class FaultyPipeline:
+    """A DivWriter plus the means to break what it writes."""
+
+    def __init__(self, writer: DivWriter, topic: str) -> None:
+        self.writer = writer
+        self.topic = topic
+        self.last_sent: OutgoingRecord | None = None
+        self._counter = itertools.count()
+
+    def _next(self, partition: int) -> list[OutgoingRecord]:
+        n = next(self._counter)
+        return self.writer.stamper.data(
+            self.topic, partition, b"key-%d" % n, b"value-%d-" % n + random.randbytes(24),
+            self.writer._clock_ms(),  # noqa: SLF001 - the demo stamps with the writer's clock
+        )
+
+    async def _put(self, records: list[OutgoingRecord]) -> None:
+        for r in records:
+            await self.writer.producer.send_and_wait(r.topic, r.value, r.key, partition=r.partition, headers=list(r.headers))
+            if r.kind == Kind.DATA:
+                self.last_sent = r
+
+    async def healthy(self, partition: int) -> None:
+        await self._put(self._next(partition))
+
+    async def inject(self, fault: str, partition: int) -> None:
+        if fault == "loss":
+            self._next(partition)  # stamped, never sent
+        elif fault == "duplicate" and self.last_sent is not None:
+            await self._put([self.last_sent])
+        elif fault == "corruption":
+            *control, victim = self._next(partition)
+            await self._put(control)
+            await self.writer.producer.send_and_wait(
+                victim.topic, b"tampered" + (victim.value or b""), victim.key, partition=partition, headers=list(victim.headers)
+            )
+        elif fault == "reordering":
+            first, second = self._next(partition), self._next(partition)
+            await self._put(second + first if len(first) == 1 else first[:-1] + second + first[-1:])
+        elif fault == "unregistered":
+            now = self.writer._clock_ms()  # noqa: SLF001
+            await self._put(self.writer.stamper.end_segment(self.topic, partition, False, now))
+            sos, data = self._next(partition)
+            await self._put([data])  # the new segment's START_OF_SEGMENT is lost
+        elif fault == "push-failure":
+            await self.writer.start_push(self.topic)
+            await self.healthy(partition)
+            self._next(partition)  # lost inside the push: fatal
+            await self.healthy(partition)
+            await self.writer.end_push(self.topic)
+        log.warning("injected %s on %s/%d", fault, self.topic, partition)
+
+
+async def run_demo(bootstrap: str, topic: str, partitions: int, rate: float, fault_every_s: float, duration_s: float) -> None:
+    await ensure_topic(bootstrap, topic, partitions)
+    writer = await DivWriter.start(bootstrap, max_records_per_segment=500)
+    pipeline = FaultyPipeline(writer, topic)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    next_fault = started + fault_every_s
+    faults = itertools.cycle(FAULTS)
+    try:
+        for n in itertools.count():
+            now = loop.time()
+            if duration_s and now - started >= duration_s:
+                break
+            if now >= next_fault:
+                await pipeline.inject(next(faults), random.randrange(partitions))
+                next_fault = now + fault_every_s
+            else:
+                await pipeline.healthy(n % partitions)
+            await asyncio.sleep(1 / rate)
+    finally:
+        await writer.close()
