@@ -51,7 +51,7 @@ class FaultyPipeline:
         n = next(self._counter)
         return self.writer.stamper.data(
             self.topic, partition, b"key-%d" % n, b"value-%d-" % n + random.randbytes(24),
-            self.writer._clock_ms(),  # noqa: SLF001 - the demo stamps with the writer's clock
+            self.writer.clock_ms(),
         )
 
     async def _put(self, records: list[OutgoingRecord]) -> None:
@@ -78,8 +78,7 @@ class FaultyPipeline:
             first, second = self._next(partition), self._next(partition)
             await self._put(second + first if len(first) == 1 else first[:-1] + second + first[-1:])
         elif fault == "unregistered":
-            now = self.writer._clock_ms()  # noqa: SLF001
-            await self._put(self.writer.stamper.end_segment(self.topic, partition, False, now))
+            await self._put(self.writer.stamper.end_segment(self.topic, partition, False, self.writer.clock_ms()))
             sos, data = self._next(partition)
             await self._put([data])  # the new segment's START_OF_SEGMENT is lost
         elif fault == "push-failure":

@@ -50,7 +50,7 @@ class DivWriter:
             max_records_per_segment=max_records_per_segment,
             max_segment_age_ms=max_segment_age_ms,
         )
-        self._clock_ms = clock_ms
+        self.clock_ms = clock_ms
         self._owns_producer = owns_producer
         self._partitioner = DefaultPartitioner()
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
@@ -98,7 +98,7 @@ class DivWriter:
         if partition is None:
             partition = await self.partition_for(topic, key)
         async with self._lock(topic, partition):
-            records = self.stamper.data(topic, partition, key, value, self._clock_ms(), tuple(headers))
+            records = self.stamper.data(topic, partition, key, value, self.clock_ms(), tuple(headers))
             return await self._enqueue(records)
 
     async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, **kwargs):
@@ -115,7 +115,7 @@ class DivWriter:
 
     async def end_segment(self, topic: str, partition: int, final: bool = True) -> None:
         async with self._lock(topic, partition):
-            await self._enqueue(self.stamper.end_segment(topic, partition, final, self._clock_ms()))
+            await self._enqueue(self.stamper.end_segment(topic, partition, final, self.clock_ms()))
 
     async def end_segments(self, topic: str | None = None, *, final: bool = True) -> None:
         for tp_topic, partition in self.stamper.open_partitions(topic):
@@ -145,7 +145,7 @@ class DivWriter:
         futures = []
         for partition in await self.partitions(topic):
             async with self._lock(topic, partition):
-                futures.append(await self._enqueue(self.stamper.control(topic, partition, kind, self._clock_ms())))
+                futures.append(await self._enqueue(self.stamper.control(topic, partition, kind, self.clock_ms())))
         await asyncio.gather(*futures)
 
     async def _enqueue(self, records: list[OutgoingRecord]) -> asyncio.Future | None:

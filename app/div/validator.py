@@ -10,7 +10,7 @@ Pure: no I/O, and time comes in with each call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -201,9 +201,6 @@ class DataIntegrityValidator:
         if record.offset > part.last_offset:
             part.last_offset = record.offset
         return result
-
-    def validate_all(self, records: Iterable[ConsumedRecord], now_ms: int) -> list[ValidationResult]:
-        return [self.validate(r, now_ms) for r in records]
 
     def checkpoint(self, topic: str, partition: int) -> Checkpoint:
         """Producer states to persist now, after dropping those expired by maxAge.
