@@ -19,7 +19,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.div.codec import decode_segment, encode_segment
+from app.div.codec import decode_partition, decode_segment, encode_partition, encode_segment
 from app.div.record import ConsumedRecord
 from app.div.stamper import DivStamper, OutgoingRecord
 from app.div.validator import DataIntegrityValidator
@@ -141,13 +141,19 @@ def test_state_saved_and_restored_after_every_record_changes_no_verdict(stream):
     steady = DataIntegrityValidator()
     restarted = DataIntegrityValidator()
     for record, _ in stream:
-        assert restarted.validate(record, NOW).verdict == steady.validate(record, NOW).verdict
-        segments = restarted.partition(record.topic, record.partition).tracker.segments
-        for guid, segment in list(segments.items()):
+        got, want = restarted.validate(record, NOW), steady.validate(record, NOW)
+        assert (got.verdict, got.fatal) == (want.verdict, want.fatal)
+        saved = restarted.partition(record.topic, record.partition)
+        producers = {}
+        for guid, segment in saved.tracker.segments.items():
             raw = encode_segment(segment)
             assert len(raw) <= 200
-            segments[guid] = decode_segment(raw)
-            assert segments[guid] == segment
+            producers[guid] = decode_segment(raw)
+            assert producers[guid] == segment
+        state = decode_partition(encode_partition(saved))
+        assert (state.in_push, state.push_failed, state.last_offset, state.counts) == (
+            saved.in_push, saved.push_failed, saved.last_offset, saved.counts)
+        restarted.restore_partition(record.topic, record.partition, state, producers)
 
 
 def test_the_strategy_injects_every_fault_class():

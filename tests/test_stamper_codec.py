@@ -86,3 +86,27 @@ def test_codec_round_trips_every_field_including_a_sum_above_2_63():
 def test_codec_rejects_bad_state_with_a_clear_error(raw, message):
     with pytest.raises(StateDecodeError, match=message):
         decode_segment(raw)
+
+
+def test_partition_state_round_trips_and_rejects_unknown_verdicts():
+    from app.div.codec import decode_partition, encode_partition
+    from app.div.faults import Verdict
+    from app.div.validator import PartitionValidation
+
+    state = PartitionValidation(in_push=True, push_failed=True, last_offset=41, records=50,
+                                verdict_counts={Verdict.MISSING: 2, Verdict.MALFORMED: 1}, checkpoint_anchor_ms=99)
+    back = decode_partition(encode_partition(state))
+    assert (back.in_push, back.push_failed, back.last_offset, back.records, back.verdict_counts, back.checkpoint_anchor_ms) == (
+        True, True, 41, 50, {Verdict.MISSING: 2, Verdict.MALFORMED: 1}, 99)
+    assert back.counts[Verdict.OK] == 47
+    import io
+
+    import fastavro
+
+    from app.div.codec import PARTITION_STATE_V1, StateDecodeError
+
+    out = io.BytesIO()
+    out.write(b"\x01")
+    fastavro.schemaless_writer(out, PARTITION_STATE_V1, {"inPush": False, "verdictCounts": {"LOST": 1}})
+    with pytest.raises(StateDecodeError, match="unknown verdict"):
+        decode_partition(out.getvalue())

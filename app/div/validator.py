@@ -107,6 +107,13 @@ class DataIntegrityValidator:
             state = self.partitions[key] = PartitionValidation(in_push=self._start_in_push)
         return state
 
+    def restore_partition(
+        self, topic: str, partition: int, state: PartitionValidation, producers: Mapping[bytes, Segment]
+    ) -> None:
+        """Install saved state (e.g. from a changelog), replacing what the partition had."""
+        state.tracker.segments = dict(producers)
+        self.partitions[(topic, partition)] = state
+
     def clear_partition(self, topic: str, partition: int) -> None:
         self.partitions.pop((topic, partition), None)
 
