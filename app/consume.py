@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
@@ -26,6 +27,17 @@ def to_consumed_record(message: ConsumerRecord) -> ConsumedRecord:
     )
 
 
+@asynccontextmanager
+async def _standalone_consumer(bootstrap: str, **options) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started consumer outside any group, committing nothing: it only reads."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **options)
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
 async def topic_partitions(consumer: AIOKafkaConsumer, topic: str, only: Iterable[int] | None = None) -> list[TopicPartition]:
     """The topic's partitions (all, or `only`), or a LookupError naming what does not exist."""
     await consumer.topics()  # refreshes metadata for every topic
@@ -46,11 +58,7 @@ async def read_snapshot(
 
     Ends are exact on every broker (kafka_compat), so nothing written before the call is missed.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **consumer_options
-    )
-    await consumer.start()
-    try:
+    async with _standalone_consumer(bootstrap, **consumer_options) as consumer:
         tps = await topic_partitions(consumer, topic, partitions)
         ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
         starts = await consumer.beginning_offsets(tps)
@@ -75,19 +83,13 @@ async def read_snapshot(
             if batches:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > _STALL_TIMEOUT_S:
-                stuck = ", ".join(f"{tp.topic}/{tp.partition} at {await consumer.position(tp)} of {ends[tp]}" for tp in remaining)
-                raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {stuck}")
-    finally:
-        await consumer.stop()
+                stuck = [f"{tp.topic}/{tp.partition} at {await consumer.position(tp)} of {ends[tp]}" for tp in remaining]
+                raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {', '.join(stuck)}")
 
 
 async def follow(bootstrap: str, topic: str, *, from_beginning: bool = True, **consumer_options) -> AsyncIterator[ConsumedRecord]:
     """Every record of every partition of the topic, live, until cancelled."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **consumer_options
-    )
-    await consumer.start()
-    try:
+    async with _standalone_consumer(bootstrap, **consumer_options) as consumer:
         tps = await topic_partitions(consumer, topic)
         consumer.assign(tps)
         if from_beginning:
@@ -98,5 +100,3 @@ async def follow(bootstrap: str, topic: str, *, from_beginning: bool = True, **c
             for messages in (await consumer.getmany(timeout_ms=1000)).values():
                 for message in messages:
                     yield to_consumed_record(message)
-    finally:
-        await consumer.stop()

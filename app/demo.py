@@ -79,7 +79,7 @@ class FaultyPipeline:
             await self._put(second + first if len(first) == 1 else first[:-1] + second + first[-1:])
         elif fault == "unregistered":
             await self._put(self.writer.stamper.end_segment(self.topic, partition, False, self.writer.clock_ms()))
-            sos, data = self._next(partition)
+            _lost_start, data = self._next(partition)
             await self._put([data])  # the new segment's START_OF_SEGMENT is lost
         elif fault == "push-failure":
             await self.writer.start_push(self.topic)
