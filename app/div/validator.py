@@ -100,6 +100,10 @@ class DataIntegrityValidator:
         self.max_age_ms = max_age_ms
         self.partitions: dict[tuple[str, int], PartitionValidation] = {}
 
+    @property
+    def start_in_push(self) -> bool:
+        return self._start_in_push
+
     def partition(self, topic: str, partition: int) -> PartitionValidation:
         key = (topic, partition)
         state = self.partitions.get(key)
@@ -186,6 +190,11 @@ class DataIntegrityValidator:
                     tracker.validate(header, crc, record.offset, True, _always, tolerate_segment_jump=True)
                 except DataValidationError:
                     pass  # e.g. DUPLICATE for a corrupt END_OF_SEGMENT: the record is skipped
+        # Whatever the verdict, the producer's state has now seen this record: a consumer that
+        # reads it again (a replay after a crash) can tell so from the offset.
+        seen = tracker.segments.get(header.guid)
+        if seen is not None and record.offset > seen.last_offset:
+            seen.last_offset = record.offset
 
         if is_push_marker and verdict is not Verdict.DUPLICATE:
             part.in_push = kind == Kind.START_OF_PUSH

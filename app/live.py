@@ -1,0 +1,221 @@
+"""Live validation over persisted state: what a worker does between its consumer and its table.
+
+Pure, like the validator it wraps: records and times come in, results and the state writes
+to make come out; the worker does the I/O.
+
+Crash consistency. A worker validates records in units (a batch of one partition) and
+then writes, in this order, to one changelog partition: the unit's incidents (awaited),
+the partition's state (phase, counters, last offset), then the state of each producer the
+unit touched. Source offsets are committed only after those writes are flushed. A crash
+therefore leaves a prefix of the writes, and records after the last commit come again:
+
+- offset <= the partition's saved last offset, and <= the producer's saved last offset:
+  the record's whole effect is saved; it is skipped (a replay, not a DUPLICATE).
+- offset <= the partition's, > the producer's: the partition state counts it but the
+  producer state never saw it; the producer is brought forward with partition-level
+  effects suppressed, and any incident comes out with the same key as before.
+- offset > the partition's: never saved; validated as new.
+
+The second case re-runs validation in the partition's saved phase, so a unit never spans
+a push boundary: START_OF_PUSH and END_OF_PUSH open a new unit (`opens_unit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .div.codec import StateDecodeError, decode_partition, decode_segment, encode_partition, encode_segment
+from .div.record import ConsumedRecord
+from .div.segment import Segment
+from .div.validator import DataIntegrityValidator, PartitionValidation, ValidationResult
+from .div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, unpack_common
+
+PARTITION_PREFIX = "p"
+PRODUCER_PREFIX = "s"
+_SEP = "|"
+_PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
+
+
+def partition_key(topic: str, partition: int) -> bytes:
+    # Kafka topic names cannot contain "|", so the key splits back unambiguously.
+    return f"{PARTITION_PREFIX}{_SEP}{topic}{_SEP}{partition}".encode()
+
+
+def producer_key(topic: str, partition: int, guid: bytes) -> bytes:
+    return f"{PRODUCER_PREFIX}{_SEP}{topic}{_SEP}{partition}{_SEP}{guid.hex()}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StateKey:
+    topic: str
+    partition: int
+    guid: bytes | None  # None for the partition's own state
+
+
+def parse_key(key: bytes) -> StateKey:
+    try:
+        kind, topic, partition, *rest = key.decode().split(_SEP)
+        if kind == PARTITION_PREFIX and not rest:
+            return StateKey(topic, int(partition), None)
+        if kind == PRODUCER_PREFIX and len(rest) == 1:
+            return StateKey(topic, int(partition), bytes.fromhex(rest[0]))
+    except (UnicodeDecodeError, ValueError):
+        pass
+    raise StateDecodeError(f"state key {key!r} is neither p|topic|partition nor s|topic|partition|guid")
+
+
+@dataclass(slots=True)
+class StateWrites:
+    """Writes for one partition, in order: the partition state first, then its producers."""
+
+    topic: str
+    partition: int
+    partition_value: bytes
+    # (key, value); value None deletes the key (a producer expired by max age).
+    producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def in_order(self) -> list[tuple[bytes, bytes | None]]:
+        return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadError:
+    key: bytes
+    reason: str
+
+
+def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
+    """(GUID, kind) from the record's div header, or (None, None) when it has no readable one."""
+    raw = None
+    for name, value in record.headers:
+        if name == HEADER_NAME:
+            if raw is not None:
+                return None, None
+            raw = value
+    if raw is None or len(raw) < COMMON_SIZE:
+        return None, None
+    version, kind, guid, *_ = unpack_common(raw[:COMMON_SIZE])
+    if version != FORMAT_VERSION:
+        return None, None
+    return guid, kind
+
+
+class LiveValidation:
+    def __init__(self, validator: DataIntegrityValidator) -> None:
+        self.validator = validator
+        self._loaded: set[tuple[str, int]] = set()
+        self._dirty: dict[tuple[str, int], set[bytes]] = {}
+        self.load_errors: list[LoadError] = []
+        self.replays_skipped = 0
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    def is_loaded(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._loaded
+
+    def load(self, topic: str, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Install saved state for one partition from its table entries (other keys ignored)."""
+        self.load_many({(topic, partition)}, items)
+
+    def load_many(self, wanted: set[tuple[str, int]], items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Install saved state for several partitions from one pass over table entries.
+
+        A value that cannot be decoded is recorded in `load_errors` and left out, so that
+        producer starts afresh (its next record is judged as a new producer's) instead of
+        the worker stopping.
+        """
+        parts: dict[tuple[str, int], PartitionValidation] = {}
+        producers: dict[tuple[str, int], dict[bytes, Segment]] = {tp: {} for tp in wanted}
+        for key, value in items:
+            try:
+                state_key = parse_key(key)
+            except StateDecodeError as bad:
+                self.load_errors.append(LoadError(key, str(bad)))
+                continue
+            tp = (state_key.topic, state_key.partition)
+            if tp not in wanted or value is None:
+                continue
+            try:
+                if state_key.guid is None:
+                    parts[tp] = decode_partition(value)
+                else:
+                    producers[tp][state_key.guid] = decode_segment(value)
+            except StateDecodeError as bad:
+                self.load_errors.append(LoadError(key, str(bad)))
+        for tp in wanted:
+            part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
+            self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
+            self._loaded.add(tp)
+            self._dirty.pop(tp, None)
+
+    def unload(self, topic: str, partition: int) -> None:
+        """Forget a partition (revoked): its next owner reads it from the table."""
+        self._loaded.discard((topic, partition))
+        self._dirty.pop((topic, partition), None)
+        self.validator.clear_partition(topic, partition)
+
+    def unload_all(self) -> None:
+        for topic, partition in list(self._loaded):
+            self.unload(topic, partition)
+
+    @property
+    def loaded(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self._loaded)
+
+    # -- validation --------------------------------------------------------------------------
+
+    def opens_unit(self, record: ConsumedRecord) -> bool:
+        """True when pending writes of the record's partition must be made before it."""
+        if not self._dirty.get((record.topic, record.partition)):
+            return False
+        _guid, kind = _producer_of(record)
+        return kind in _PUSH_MARKERS
+
+    def process(self, record: ConsumedRecord, now_ms: int) -> ValidationResult | None:
+        """Validate one record; None when it is a replay whose effect is already saved."""
+        tp = (record.topic, record.partition)
+        if tp not in self._loaded:
+            raise RuntimeError(f"{record.topic}[{record.partition}] is validated before its state is loaded")
+        part = self.validator.partitions[tp]
+        dirty = self._dirty.setdefault(tp, set())
+        if record.offset <= part.last_offset:
+            guid, _kind = _producer_of(record)
+            seen = part.tracker.segments.get(guid) if guid is not None else None
+            if guid is None or (seen is not None and seen.last_offset >= record.offset):
+                self.replays_skipped += 1
+                return None
+            # The partition state already holds this record's effects: keep them as they are.
+            saved = (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts))
+            result = self.validator.validate(record, now_ms)
+            part.in_push, part.push_failed, part.last_offset, part.records, part.verdict_counts = saved
+            dirty.add(guid)
+            return result
+        result = self.validator.validate(record, now_ms)
+        if result.guid is not None:
+            dirty.add(result.guid)
+        else:
+            # Counted in the partition state only: the unit still has something to write.
+            dirty.add(b"")
+        return result
+
+    def has_pending(self, topic: str, partition: int) -> bool:
+        return bool(self._dirty.get((topic, partition)))
+
+    def take_writes(self, topic: str, partition: int) -> StateWrites | None:
+        """The writes that save everything validated since the last call, or None."""
+        tp = (topic, partition)
+        dirty = self._dirty.get(tp)
+        if not dirty:
+            return None
+        checkpoint = self.validator.checkpoint(topic, partition)
+        part = self.validator.partitions[tp]
+        writes = StateWrites(topic, partition, encode_partition(part))
+        for guid in sorted(dirty):
+            segment = checkpoint.upserts.get(guid)
+            if segment is not None:
+                writes.producers.append((producer_key(topic, partition, guid), encode_segment(segment)))
+        for guid in checkpoint.expired:
+            writes.producers.append((producer_key(topic, partition, guid), None))
+        dirty.clear()
+        return writes

@@ -1,0 +1,172 @@
+"""Worker settings, read from ``KDIV_*`` environment variables (documented in README).
+
+Every bad value is reported with the variable's name; nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PREFIX = "KDIV_"
+GUARANTEES = ("at_least_once", "exactly_once")
+PHASES = ("stream", "push")
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap: str = "127.0.0.1:9092"
+    app_id: str = "kdiv"
+    # Watched topics: explicit names, or a regex matched against the cluster's topics.
+    topics: tuple[str, ...] = ()
+    topic_pattern: re.Pattern | None = None
+    data_dir: Path = Path("kdiv-data")
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    web_enabled: bool = True
+    processing_guarantee: str = "at_least_once"
+    # topic -> min.compaction.lag.ms; "*" applies to every topic not named. A topic in
+    # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
+    compaction_lag_ms: Mapping[str, int] = field(default_factory=dict)
+    max_age_ms: int = -1
+    incident_topic: str = ""
+    initial_phase: str = "stream"
+    # Takeover after a worker dies takes about two session timeouts; see README.
+    session_timeout_s: float = 6.0
+    heartbeat_interval_s: float = 0.5
+    standby_replicas: int = 1
+    replication_factor: int = 1
+    # A unit of work: records validated between two state writes.
+    batch_max: int = 1000
+    batch_within_s: float = 0.1
+    commit_interval_s: float = 1.0
+    recent_incidents: int = 10_000
+
+    @property
+    def incidents(self) -> str:
+        return self.incident_topic or f"{self.app_id}-incidents"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        env = _Env(environ)
+        topics = tuple(t.strip() for t in env.str("TOPICS", "").split(",") if t.strip())
+        pattern_text = env.str("TOPIC_PATTERN", "")
+        pattern = None
+        if pattern_text:
+            try:
+                pattern = re.compile(pattern_text)
+            except re.error as bad:
+                raise SettingsError(f"{PREFIX}TOPIC_PATTERN={pattern_text!r} is not a regex: {bad}") from None
+        if topics and pattern:
+            raise SettingsError(f"set {PREFIX}TOPICS or {PREFIX}TOPIC_PATTERN, not both")
+        if not topics and not pattern:
+            raise SettingsError(f"no watched topics: set {PREFIX}TOPICS (names) or {PREFIX}TOPIC_PATTERN (regex)")
+        settings = cls(
+            bootstrap=env.str("BOOTSTRAP", cls.bootstrap),
+            app_id=env.str("APP_ID", cls.app_id),
+            topics=topics,
+            topic_pattern=pattern,
+            data_dir=Path(env.str("DATA_DIR", str(cls.data_dir))),
+            web_host=env.str("WEB_HOST", cls.web_host),
+            web_port=env.int("WEB_PORT", cls.web_port, minimum=0),
+            web_enabled=env.bool("WEB_ENABLED", cls.web_enabled),
+            processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
+            compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
+            max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),
+            incident_topic=env.str("INCIDENT_TOPIC", ""),
+            initial_phase=env.choice("INITIAL_PHASE", PHASES, cls.initial_phase),
+            session_timeout_s=env.float("SESSION_TIMEOUT_S", cls.session_timeout_s),
+            heartbeat_interval_s=env.float("HEARTBEAT_INTERVAL_S", cls.heartbeat_interval_s),
+            standby_replicas=env.int("STANDBY_REPLICAS", cls.standby_replicas, minimum=0),
+            replication_factor=env.int("REPLICATION_FACTOR", cls.replication_factor, minimum=1),
+            batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
+            batch_within_s=env.float("BATCH_WITHIN_S", cls.batch_within_s),
+            commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
+            recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
+        )
+        if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
+            raise SettingsError(
+                f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "
+                f"{PREFIX}SESSION_TIMEOUT_S={settings.session_timeout_s}"
+            )
+        return settings
+
+    def watches(self, topic: str) -> bool:
+        """True for a watched topic (never one of kdiv's own topics)."""
+        if topic.startswith(f"{self.app_id}-") or topic == self.incidents or topic.startswith("__"):
+            return False
+        if self.topic_pattern is not None:
+            return self.topic_pattern.fullmatch(topic) is not None
+        return topic in self.topics
+
+
+class _Env:
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def str(self, name: str, default: str) -> str:
+        value = self._environ.get(PREFIX + name, "").strip()
+        return value or default
+
+    def int(self, name: str, default: int, *, minimum: int) -> int:
+        raw = self.str(name, "")
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise SettingsError(f"{PREFIX}{name}={raw!r} is not an integer") from None
+        if value < minimum:
+            raise SettingsError(f"{PREFIX}{name}={value} is below {minimum}")
+        return value
+
+    def float(self, name: str, default: float) -> float:
+        raw = self.str(name, "")
+        if not raw:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise SettingsError(f"{PREFIX}{name}={raw!r} is not a number") from None
+        if value <= 0:
+            raise SettingsError(f"{PREFIX}{name}={value} must be positive")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        raw = self.str(name, "").lower()
+        if not raw:
+            return default
+        if raw in ("1", "true", "yes", "on"):
+            return True
+        if raw in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{PREFIX}{name}={raw!r} is not a boolean (true/false)")
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.str(name, default)
+        if value not in choices:
+            raise SettingsError(f"{PREFIX}{name}={value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def compaction_lags(self, name: str) -> dict[str, int]:
+        """ "orders=3600000,*=0" or a bare number for every topic."""
+        raw = self.str(name, "")
+        lags: dict[str, int] = {}
+        for item in (part.strip() for part in raw.split(",")):
+            if not item:
+                continue
+            topic, sep, ms = item.rpartition("=")
+            topic = topic.strip() if sep else "*"
+            try:
+                lags[topic] = int(ms)
+            except ValueError:
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is not TOPIC=MS or MS") from None
+            if lags[topic] < 0:
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is negative")
+        return lags
