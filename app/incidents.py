@@ -132,8 +132,8 @@ class FaultRunLog:
             if run is None:
                 self._runs[run_key] = [incident.verdict, record.offset, record.offset, 1]
                 self._log.warning(
-                    "%s %s at %s[%d]@%d producer %s segment %d seq %d: %s",
-                    incident.severity.upper(), incident.verdict, record.topic, record.partition, record.offset,
+                    "%s (%s) at %s[%d]@%d producer %s segment %d seq %d: %s",
+                    incident.verdict, incident.severity, record.topic, record.partition, record.offset,
                     producer, incident.segment, incident.seq, incident.detail,
                 )
             else:

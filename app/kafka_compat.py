@@ -17,6 +17,14 @@ Workaround: end offsets (`end_offsets`).
     then silently stops short. Fetch responses do carry the correct high watermark and
     last stable offset, so on Tansu the end offset is taken from a Fetch at the last
     reported batch.
+
+Workaround: producer ids (`enable_tansu_producer_ids`).
+    Tansu fails InitProducerId v0 to v2 with UnknownServerError, and aiokafka only sends
+    v0, so every idempotent or transactional aiokafka producer (a Faust worker with
+    processing_guarantee="exactly_once" among them) dies at start with UnknownError.
+    v3 works, so on Tansu aiokafka is taught to send v3. There is no per-producer hook
+    (Faust creates its own producers), so this one is process-wide and happens only when
+    called.
 """
 
 from __future__ import annotations
@@ -27,9 +35,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import aiokafka.errors as kafka_errors
+import aiokafka.producer.sender as aiokafka_sender
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, TopicPartition
+from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0
+from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
 BROKER_FLAVOR_ENV = "KDIV_BROKER_FLAVOR"
 TANSU_CLUSTER_ID = "tansu_cluster"
@@ -47,6 +59,10 @@ _FETCH_ATTEMPTS = 3
 
 _READ_COMMITTED = 1
 _READ_UNCOMMITTED = 0
+
+# InitProducerId for a new producer: no id or epoch to bump yet.
+_NO_PRODUCER_ID = -1
+_NO_PRODUCER_EPOCH = -1
 
 
 async def detect_tansu(
@@ -136,6 +152,28 @@ async def end_offsets(
     return {tp: exact[tp] for tp in reported}
 
 
+def enable_tansu_producer_ids() -> None:
+    """Make aiokafka's idempotent and transactional producers work on Tansu. Tansu only.
+
+    From the call on, every aiokafka producer in this process asks for its producer id
+    with InitProducerId v3, which Tansu answers, instead of v0, which it fails. Call it
+    when `detect_tansu` says the broker is Tansu, before starting producers (Faust's
+    included). Calling it again does nothing. A broker that does not offer v3 still gets
+    v0.
+    """
+    # The sender looks its handler up by module name on each InitProducerId and offers
+    # no option or per-producer hook, so the name itself has to be rebound.
+    installed = aiokafka_sender.InitPIDHandler
+    if installed is _InitPIDHandlerV3:
+        return
+    if installed is not _AIOKAFKA_INIT_PID_HANDLER:
+        raise RuntimeError(
+            "aiokafka's InitPIDHandler has already been replaced by "
+            f"{installed.__module__}.{installed.__qualname__}; not replacing it again"
+        )
+    aiokafka_sender.InitPIDHandler = _InitPIDHandlerV3
+
+
 def _underlying_client(obj: object) -> AIOKafkaClient:
     if isinstance(obj, AIOKafkaClient):
         return obj
@@ -202,3 +240,66 @@ async def _ends_from_fetch(
         f"broker {node_id} left {names} out of {_FETCH_ATTEMPTS} Fetch responses; "
         "cannot read their end offsets"
     )
+
+
+class _InitProducerIdResponseV3(Response):
+    API_KEY = 22
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class _InitProducerIdRequestV3(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 22
+    API_VERSION = 3
+    RESPONSE_TYPE = _InitProducerIdResponseV3
+    SCHEMA = Schema(
+        ("transactional_id", CompactString("utf-8")),
+        ("transaction_timeout_ms", Int32),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+# aiokafka picks the newest of these that the broker offers; v0 stays for brokers
+# without v3 (Kafka before 2.5).
+class _InitProducerIdRequest(Request[InitProducerIdRequest_v0 | _InitProducerIdRequestV3]):
+    API_KEY = 22
+
+    def __init__(self, transactional_id: str | None, transaction_timeout_ms: int):
+        self._transactional_id = transactional_id
+        self._transaction_timeout_ms = transaction_timeout_ms
+
+    def build(
+        self, request_struct_class: type[InitProducerIdRequest_v0 | _InitProducerIdRequestV3]
+    ) -> InitProducerIdRequest_v0 | _InitProducerIdRequestV3:
+        if request_struct_class is InitProducerIdRequest_v0:
+            return InitProducerIdRequest_v0(self._transactional_id, self._transaction_timeout_ms)
+        return _InitProducerIdRequestV3(
+            self._transactional_id,
+            self._transaction_timeout_ms,
+            _NO_PRODUCER_ID,
+            _NO_PRODUCER_EPOCH,
+            {},
+        )
+
+
+_AIOKAFKA_INIT_PID_HANDLER = aiokafka_sender.InitPIDHandler
+
+
+# Only the request changes: the v3 response has the fields the inherited
+# handle_response reads.
+class _InitPIDHandlerV3(_AIOKAFKA_INIT_PID_HANDLER):
+    def create_request(self) -> _InitProducerIdRequest:
+        txn_manager = self._sender._txn_manager  # noqa: SLF001 - as the handler it replaces
+        return _InitProducerIdRequest(
+            transactional_id=txn_manager.transactional_id,
+            transaction_timeout_ms=txn_manager.transaction_timeout_ms,
+        )

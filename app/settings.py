@@ -99,7 +99,8 @@ class Settings:
 
     def watches(self, topic: str) -> bool:
         """True for a watched topic (never one of kdiv's own topics)."""
-        if topic.startswith(f"{self.app_id}-") or topic == self.incidents or topic.startswith("__"):
+        own = topic.startswith(f"{self.app_id}-") and (topic.endswith("-changelog") or "-__assignor-" in topic)
+        if own or topic == self.incidents or topic.startswith("__"):
             return False
         if self.topic_pattern is not None:
             return self.topic_pattern.fullmatch(topic) is not None

@@ -1,0 +1,285 @@
+"""The live validator as a Faust application: agents, state tables, incidents.
+
+One agent reads every watched topic in batches and hands records to `LiveValidation`,
+which decides what is new and what is a replay; this module does the I/O in the order
+`app.live` requires: incidents (awaited), then the partition state, then producer states,
+all before the batch's offsets can be committed (Faust flushes its producer first).
+
+State lives in one RocksDB table per partition count of the watched topics: Faust keeps a
+table's changelog partition with the source partition of the same number, which only
+holds for topics with the table's partition count. Keys of all watched topics with that
+count share the table: the partition state and producer states of a source partition
+then share one changelog partition, whose order makes the write order above hold after a
+crash too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faust.streams import _current_event
+from faust.types import TP, EventT
+
+from .discovery import ClusterView
+from .div.record import ConsumedRecord
+from .div.validator import DataIntegrityValidator, TopicPolicy
+from .kafka_compat import enable_tansu_producer_ids
+from .incidents import FaultRunLog, Incident, RecentIncidents, incident_for
+from .live import LiveValidation
+from .settings import Settings
+from .transport import broker_url
+
+log = logging.getLogger("kdiv.worker")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def table_name(partitions: int) -> str:
+    return f"state-p{partitions}"
+
+
+def to_consumed_record(message) -> ConsumedRecord:
+    headers = message.headers or ()
+    if isinstance(headers, dict):
+        headers = headers.items()
+    return ConsumedRecord(
+        message.topic,
+        message.partition,
+        message.offset,
+        round(message.timestamp * 1000) if message.timestamp is not None else -1,
+        message.key,
+        message.value,
+        tuple((name if isinstance(name, str) else name.decode(), value) for name, value in headers),
+    )
+
+
+@contextmanager
+def writing_for(event: EventT):
+    """Make `event` Faust's current event while writing a unit of state.
+
+    Faust's Table picks the changelog and RocksDB partition from the current event; units
+    are written after their batch (or before a push marker), so name the event whose
+    source partition the unit belongs to.
+    """
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+@dataclass
+class WorkerStats:
+    batches: int = 0
+    records: int = 0
+    incidents_sent: int = 0
+    state_writes: int = 0
+    incidents_read: int = 0
+    bad_incident_records: int = 0
+    started_ms: int = field(default_factory=wall_clock_ms)
+
+
+class ValidationWorker:
+    def __init__(self, app: faust.App, settings: Settings, cluster: ClusterView, clock=wall_clock_ms) -> None:
+        self.app = app
+        self.settings = settings
+        self.cluster = cluster
+        self.clock = clock
+        lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
+        self.live = LiveValidation(
+            DataIntegrityValidator(
+                lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
+                start_in_push=settings.initial_phase == "push",
+                max_age_ms=settings.max_age_ms,
+            )
+        )
+        self.tables = {
+            n: app.Table(
+                table_name(n),
+                partitions=n,
+                key_type=bytes,
+                value_type=bytes,
+                help=f"kdiv validator state of the watched topics with {n} partitions",
+            )
+            for n in cluster.partition_counts
+        }
+        self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
+        self.recent = RecentIncidents(settings.recent_incidents)
+        self.runs = FaultRunLog(log)
+        self.stats = WorkerStats()
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    def on_revoked(self, revoked: Iterable[TP]) -> None:
+        for tp in revoked:
+            self.live.unload(tp.topic, tp.partition)
+
+    def on_assigned(self, assigned: Iterable[TP]) -> None:
+        keep = {(tp.topic, tp.partition) for tp in assigned}
+        for topic, partition in self.live.loaded - keep:
+            self.live.unload(topic, partition)
+
+    def _load_assigned(self) -> None:
+        """Load every assigned, not yet loaded source partition in one pass per table."""
+        wanted_by_table: dict[int, set[tuple[str, int]]] = {}
+        for tp in self.app.consumer.assignment():
+            topic = self.cluster.topic(tp.topic)
+            if topic is not None and not self.live.is_loaded(tp.topic, tp.partition):
+                wanted_by_table.setdefault(topic.partitions, set()).add((tp.topic, tp.partition))
+        for n, wanted in wanted_by_table.items():
+            self.live.load_many(wanted, self.tables[n].items())
+            for error in self.live.load_errors:
+                log.error("unreadable state %r in table %s: %s; that producer starts afresh",
+                          error.key, table_name(n), error.reason)
+            self.live.load_errors.clear()
+
+    # -- validation --------------------------------------------------------------------------
+
+    async def process_batch(self, events: Sequence[EventT]) -> None:
+        now = self.clock()
+        live = self.live
+        pending: dict[tuple[str, int], list[Incident]] = {}
+        last_event: dict[tuple[str, int], EventT] = {}
+        observed = []
+        for event in events:
+            record = to_consumed_record(event.message)
+            tp = (record.topic, record.partition)
+            if not live.is_loaded(*tp):
+                self._load_assigned()
+                if not live.is_loaded(*tp):  # e.g. revoked meanwhile: its owner validates it
+                    live.load(record.topic, record.partition, self._table_of_topic[record.topic].items())
+            if live.opens_unit(record):
+                await self._write_unit(tp, last_event[tp], pending.pop(tp, []))
+            result = live.process(record, now)
+            last_event[tp] = event
+            if result is None:
+                continue
+            incident = incident_for(result, now)
+            observed.append((result, incident))
+            if incident is not None:
+                pending.setdefault(tp, []).append(incident)
+        for tp, event in last_event.items():
+            await self._write_unit(tp, event, pending.pop(tp, []))
+        self.runs.observe(observed)
+        self.stats.batches += 1
+        self.stats.records += len(events)
+
+    async def _write_unit(self, tp: tuple[str, int], event: EventT, incidents: list[Incident]) -> None:
+        if incidents:
+            producer = self.app.producer
+            sent = [
+                await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents
+            ]
+            # Acknowledged before the state that accounts for them is written: a crash
+            # between the two re-emits them under the same keys, never loses them.
+            await asyncio.gather(*sent)
+            self.stats.incidents_sent += len(incidents)
+        writes = self.live.take_writes(*tp)
+        if writes is None:
+            return
+        table = self._table_of_topic[tp[0]]
+        with writing_for(event):
+            for key, value in writes.in_order():
+                if value is None:
+                    try:
+                        del table[key]
+                    except KeyError:
+                        pass
+                else:
+                    table[key] = value
+        self.stats.state_writes += 1
+
+    # -- incidents, for the views ------------------------------------------------------------
+
+    async def read_incidents(self) -> None:
+        """Follow the whole incidents topic, so every worker can show every incident."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap,
+            client_id=f"{self.settings.app_id}-incidents-reader",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            partitions = consumer.partitions_for_topic(self.settings.incidents) or {0}
+            consumer.assign([TopicPartition(self.settings.incidents, p) for p in sorted(partitions)])
+            while True:
+                batches = await consumer.getmany(timeout_ms=1000)
+                for records in batches.values():
+                    for record in records:
+                        self._add_incident(record)
+        finally:
+            await consumer.stop()
+
+    def _add_incident(self, record) -> None:
+        if record.value is None:
+            return
+        try:
+            incident = Incident.from_value(record.value)
+        except (ValueError, TypeError) as bad:
+            self.stats.bad_incident_records += 1
+            log.error("unreadable incident at %s[%d]@%d: %s", record.topic, record.partition, record.offset, bad)
+            return
+        self.recent.add(record.key, incident)
+        self.stats.incidents_read += 1
+
+
+def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, ValidationWorker]:
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    if cluster.tansu:
+        # Faust's producers under exactly_once need producer ids, which aiokafka cannot get
+        # from Tansu unaided.
+        enable_tansu_producer_ids()
+    app = faust.App(
+        settings.app_id,
+        broker=broker_url(settings.bootstrap, tansu=cluster.tansu),
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        processing_guarantee=settings.processing_guarantee,
+        # Takeover after a worker dies takes about two session timeouts (README, "Timeouts").
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        broker_commit_interval=settings.commit_interval_s,
+        consumer_auto_offset_reset="earliest",
+        table_standby_replicas=settings.standby_replicas,
+        topic_replication_factor=settings.replication_factor,
+        key_serializer="raw",
+        value_serializer="raw",
+        web_enabled=settings.web_enabled,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        autodiscover=False,
+    )
+    worker = ValidationWorker(app, settings, cluster)
+    source = app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes)
+
+    @app.agent(source, name="validate")
+    async def validate(stream):
+        async for events in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+            await worker.process_batch(events)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender, revoked, **kwargs):
+        worker.on_revoked(revoked)
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender, assigned, **kwargs):
+        worker.on_assigned(assigned)
+
+    @app.task
+    async def follow_incidents():
+        await worker.read_incidents()
+
+    return app, worker
