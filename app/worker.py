@@ -37,6 +37,7 @@ from .incidents import FaultRunLog, Incident, RecentIncidents, incident_for
 from .live import LiveValidation
 from .settings import Settings
 from .transport import broker_url
+from .views import register_views
 
 log = logging.getLogger("kdiv.worker")
 
@@ -118,6 +119,28 @@ class ValidationWorker:
         self.recent = RecentIncidents(settings.recent_incidents)
         self.runs = FaultRunLog(log)
         self.stats = WorkerStats()
+        self.load_errors_seen = 0
+
+    def lag(self, topic: str, partition: int) -> int | None:
+        """Records between the last validated one and the partition's high watermark."""
+        part = self.live.validator.partitions.get((topic, partition))
+        if part is None or self.app.consumer is None:
+            return None
+        try:
+            highwater = self.app.consumer.highwater(TP(topic, partition))
+        except (KeyError, AttributeError):
+            return None
+        if highwater is None or highwater < 0:
+            return None
+        return max(highwater - (part.last_offset + 1), 0)
+
+    def recovery_status(self) -> dict:
+        recovery = self.app.tables.recovery
+        return {
+            "in_progress": bool(recovery.in_recovery),
+            "active_remaining": recovery.active_remaining_total(),
+            "standby_remaining": recovery.standby_remaining_total(),
+        }
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -139,6 +162,7 @@ class ValidationWorker:
                 wanted_by_table.setdefault(topic.partitions, set()).add((tp.topic, tp.partition))
         for n, wanted in wanted_by_table.items():
             self.live.load_many(wanted, self.tables[n].items())
+            self.load_errors_seen += len(self.live.load_errors)
             for error in self.live.load_errors:
                 log.error("unreadable state %r in table %s: %s; that producer starts afresh",
                           error.key, table_name(n), error.reason)
@@ -277,6 +301,8 @@ def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, Vali
     @app.on_partitions_assigned.connect
     async def on_assigned(sender, assigned, **kwargs):
         worker.on_assigned(assigned)
+
+    register_views(app, worker)
 
     @app.task
     async def follow_incidents():
