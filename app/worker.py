@@ -286,6 +286,9 @@ def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, Vali
         web_port=settings.web_port,
         autodiscover=False,
     )
+    # `faust worker` sets conf.web_enabled from its own --with-web flag (default on); the
+    # boot strategy's choice wins over both, so KDIV_WEB_ENABLED means what it says.
+    app.boot_strategy.enable_web = settings.web_enabled
     worker = ValidationWorker(app, settings, cluster)
     source = app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes)
 
