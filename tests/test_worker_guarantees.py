@@ -1,4 +1,6 @@
-"""The worker under processing_guarantee=exactly_once: it runs, validates and commits.
+"""The worker end to end: exactly_once, and topics of different partition counts.
+
+exactly_once: it runs, validates and commits.
 
 On Apache Kafka the counts are exact; on Tansu, which delivers aborted transactions, only
 that it runs and commits is asserted after a clean run (no crash here), where the
@@ -43,5 +45,35 @@ async def test_exactly_once_worker_runs_commits_and_reports_the_faults(bootstrap
         log = worker.log_text()
         assert "[^---TransactionManager]: Starting..." in log
         assert "Traceback" not in log
+    finally:
+        worker.terminate()
+
+
+async def test_topics_with_different_partition_counts_are_watched_together(bootstrap, topic_factory, tmp_path):
+    topics = [topic_factory(2), topic_factory(3)]
+    app_id = f"mixed-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess("mixed", bootstrap=bootstrap, topics=topics, app_id=app_id, workdir=tmp_path)
+    try:
+        worker.start()
+        await worker.wait_ready()
+        stop = asyncio.Event()
+        producing = [
+            asyncio.create_task(produce_with_faults(bootstrap, t, stop, rate=200, fault_every=20, seed=i))
+            for i, t in enumerate(topics)
+        ]
+        await asyncio.sleep(2)
+        stop.set()
+        await asyncio.gather(*producing)
+        for topic in topics:
+            await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
+        live = await read_incidents(bootstrap, app_id)
+        for topic in topics:
+            expected = await oracle(bootstrap, topic)
+            assert expected.verdicts()["MISSING"] >= 1
+            of_topic = {k: v for k, v in live.items() if v[-1].topic == topic}
+            assert incident_differences(expected, of_topic) == []
+        # One state table per partition count.
+        log = worker.log_text()
+        assert "state-p2" in log and "state-p3" in log
     finally:
         worker.terminate()
