@@ -3,8 +3,9 @@
 Faults are injected between the writer and the broker, the way real pipelines break: a
 stamped record that never arrives (loss), an acknowledged record sent again (duplicate), a
 value changed after stamping (corruption), two records swapped (reordering), a segment whose
-START_OF_SEGMENT is lost (unregistered producer), and a loss inside a push (a fatal fault
-that fails the push).
+START_OF_SEGMENT is lost (unregistered producer), a loss inside a push (a fatal fault
+that fails the push), a record sent after its segment's END_OF_SEGMENT (data after segment
+end), a header that cannot be read (malformed), and a record with no header (untracked).
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from .div.stamper import OutgoingRecord
-from .div.wire import Kind
+from .div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
 from .writer import DivWriter
 
 log = logging.getLogger("kdiv.demo")
 
-FAULTS = ("loss", "duplicate", "corruption", "reordering", "unregistered", "push-failure")
+FAULTS = (
+    "loss", "duplicate", "corruption", "reordering", "unregistered", "push-failure", "data-after-end", "malformed",
+    "untracked",
+)
 
 
 async def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -87,6 +91,25 @@ class FaultyPipeline:
             self._next(partition)  # lost inside the push: fatal
             await self.healthy(partition)
             await self.writer.end_push(self.topic)
+        elif fault == "data-after-end":
+            await self.healthy(partition)
+            (end,) = self.writer.stamper.end_segment(self.topic, partition, False, self.writer.clock_ms())
+            await self._put([end])
+            ended = decode(dict(end.headers)[HEADER_NAME])
+            key, value = b"late", b"after the end of its segment"
+            late = DivHeader(
+                Kind.DATA, ended.guid, ended.segment, ended.seq + 1, self.writer.clock_ms(),
+                record_crc(Kind.DATA, key, value),
+            )
+            await self.writer.producer.send_and_wait(
+                self.topic, value, key, partition=partition, headers=[(HEADER_NAME, encode(late))]
+            )
+        elif fault == "malformed":
+            await self.writer.producer.send_and_wait(
+                self.topic, b"value", b"key", partition=partition, headers=[(HEADER_NAME, b"\x01truncated")]
+            )
+        elif fault == "untracked":
+            await self.writer.producer.send_and_wait(self.topic, b"not stamped", b"key", partition=partition)
         log.warning("injected %s on %s/%d", fault, self.topic, partition)
 
 
