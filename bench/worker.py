@@ -1,31 +1,70 @@
 """Live worker throughput: a kdiv Faust worker validating a topic, against a bare aiokafka consumer.
 
     python bench/worker.py [--records N] [--producers P] [--partitions K] [--value-size B]
-                           [--batch-max 1000 [2000 ...]] [--profile] [--bootstrap HOST:PORT]
+                           [--batch-max 1000 [2000 ...]] [--variants kdiv [noop ...]] [--profile [VARIANT ...]]
+                           [--bootstrap HOST:PORT]
+
+The full analysis (several minutes on 2 cores):
+
+    python bench/worker.py --batch-max 1000 500 2000 5000 5000:1.0 \\
+        --variants kdiv noop noop+fastdrain nowrites kdiv+fastdrain kdiv+linger direct direct+lean \\
+        --profile kdiv noop direct+lean
 
 One run: start the embedded broker (unless --bootstrap or KDIV_BOOTSTRAP names one), create a
 topic, write N DIV-stamped records from P producers (P DivWriters sharing one aiokafka
-producer, keyed with Kafka's partitioner or round robin), then
+producer, keyed with Kafka's partitioner or round robin; their END_OF_SEGMENTs at close),
+then:
 
 1. the baseline: a bare aiokafka consumer (no group, every partition assigned, a getmany loop)
    reads every record of the topic; best of --runs;
-2. for each --batch-max: a `faust -A app.main worker` subprocess with tables on, a fresh app
-   id and data dir, timed until its consumer group (group id = app id) has committed the end
-   offset of every partition (AIOKafkaAdminClient.list_consumer_group_offsets every --poll-s);
-3. with --profile: one more worker run with py-spy attached from the moment the worker owns
-   its partitions to the moment it is done; the top costs are printed.
+2. for each --batch-max: `faust -A app.main worker` (tables on) in a subprocess with a fresh
+   app id and data dir, timed until its consumer group (group id = app id) has committed the
+   end offset of every partition (AIOKafkaAdminClient.list_consumer_group_offsets every
+   --poll-s). The worker must report no incident, or the figure measures a fault path. Runs
+   only when --variants (default: kdiv) names kdiv;
+3. each other --variants entry, at the first --batch-max: the same worker with one part
+   switched off or changed, to split the cost (bench-only monkeypatches, applied by loading
+   the app as `faust -A bench.worker:app`, see `_variant_app`; app/ is not changed), or no
+   Faust at all:
+     noop       Faust alone: the agent takes the batches and drops them (tables declared,
+                nothing validated or written): the ceiling of any agent on this pipeline;
+     nowrites   validation and state encoding, but no Table writes (no changelog, no RocksDB);
+     +fastdrain Faust's per-message consumer loop without its per-message asyncio.wait over
+                four new tasks (see `_fast_drain_messages`): a prototype of a fix;
+     +linger    Faust's producer (changelog writes) with producer_linger=10 ms (Faust's default
+                is 0: no batching beyond what piles up while a request is in flight);
+     direct     no Faust at all on the data path: the same validator, `app.live` protocol and
+                changelog + RocksDB writes on a plain aiokafka group consumer (`direct_worker`,
+                a prototype of the proposed design, started as `python bench/worker.py
+                --direct-worker`);
+     direct+lean  direct, with the in-order DATA fast path taken once per record before the
+                full path (`lean_fast_path`, a prototype of a LiveValidation.process_many);
+With --repeat N, steps 1-3 run N times, interleaved, and the summary gives medians: on a
+shared machine single runs vary by tens of percent. Then:
 
-Worker startup (imports, discovery, Faust's bootstrap, topic creation, the group join, which
-Tansu holds for session_timeout/2) is not part of validation. It is measured in the same run:
-the bench asks the broker (DescribeGroups) every poll for the group's state, and the worker is
-"ready" when the group is Stable with a member. Figures printed per worker run:
+4. with --profile [VARIANT ...]: one more worker run per variant (default kdiv) with py-spy
+   attached from the moment its group is Stable to the moment it is done; the top costs are
+   printed.
 
+Startup (imports, discovery, Faust's bootstrap, topic creation, the group join, which Tansu
+holds for session_timeout/2) is not validation. It is measured in the same run: every poll
+asks the broker (DescribeGroups) for the group's state, and the worker is "ready" when the
+group is Stable with a member. Figures per worker run:
+
+- startup: process start -> group Stable;
 - end-to-end: records / (process start -> all committed);
-- after ready: records / (group Stable -> all committed);
-- steady: the slope of the committed-offset curve between the first and the last commit
+- after ready: records / (group Stable -> all committed); includes the worker's table
+  recovery and the last commit's lag (up to KDIV_COMMIT_INTERVAL_S);
+- steady: the slope of the committed-offset curve between the first and the last commit seen
   strictly between 0 and the end. Both ends are commit ticks seen by the same poll, so
-  neither startup nor the commit-interval lag of the final commit (up to
-  KDIV_COMMIT_INTERVAL_S) is in it. This is the validation rate; the ratio uses it.
+  neither startup nor the final commit's lag is in it: the validation rate. The ratio uses it.
+- CPU: the worker's and the broker's CPU time over (ready, done) as a share of one core (a
+  worker near 100% is CPU-bound: the GIL), and "others": what the machine spent on processes
+  this bench did not start; well above 0 means the run shared the cores and its figure is low.
+
+A fast worker (direct) gets through 200 000 records within one or two commit intervals, so its
+steady figure is coarse (two commit ticks, each seen within --poll-s): give it more --records,
+or read its "after ready" figure, which for it includes little besides the work.
 
 The figure to watch is the ratio kdiv/bare; absolute records/s depend on the machine (the
 broker, the bench and the worker share its cores).
@@ -40,17 +79,20 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
@@ -60,6 +102,11 @@ from app.kafka_compat import detect_tansu, end_offsets  # noqa: E402
 from app.writer import DivWriter  # noqa: E402
 
 BIN = Path(sys.executable).parent
+VARIANT_ENV = "KDIV_BENCH_VARIANT"
+BASES = ("kdiv", "noop", "nowrites", "direct")
+FAUST_PATCHES = ("fastdrain", "linger")
+DIRECT_PATCHES = ("lean",)
+LINGER_S = "0.01"
 
 
 class BenchError(RuntimeError):
@@ -103,11 +150,23 @@ async def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> float
         await producer.stop()
 
 
-async def topic_end_offsets(bootstrap: str, topic: str, partitions: int, tansu: bool) -> dict[TopicPartition, int]:
+async def topic_sizes(bootstrap: str, topics: dict[str, int | None], tansu: bool) -> dict[str, dict[TopicPartition, int]]:
+    """Exact end offsets of each topic (partition count, or None: as the broker reports them)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        return await end_offsets(consumer, [TopicPartition(topic, p) for p in range(partitions)], tansu=tansu)
+        ends = {}
+        for topic, count in topics.items():
+            if count is None:
+                await consumer._client.force_metadata_update()  # noqa: SLF001 - topics made since start
+                found = consumer.partitions_for_topic(topic)
+                if not found:
+                    continue
+                partitions = sorted(found)
+            else:
+                partitions = range(count)
+            ends[topic] = await end_offsets(consumer, [TopicPartition(topic, p) for p in partitions], tansu=tansu)
+        return ends
     finally:
         await asyncio.sleep(0.1)  # aiokafka: stop() right after start() may raise CancelledError
         await consumer.stop()
@@ -135,12 +194,84 @@ async def bare_consume(bootstrap: str, ends: dict[TopicPartition, int]) -> float
         await consumer.stop()
 
 
+# -- CPU accounting ---------------------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process, all its threads (Linux /proc)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def machine_cpu() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all cores, from /proc/stat."""
+    try:
+        # user nice system idle iowait irq softirq steal (guest time is already in user/nice)
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+@dataclass
+class CpuSample:
+    at: float
+    worker: float | None
+    broker: float | None
+    bench: float
+    machine: tuple[int, int] | None
+
+    @classmethod
+    def take(cls, worker_pid: int | None, broker_pid: int | None) -> CpuSample:
+        own = os.times()
+        return cls(time.monotonic(), process_cpu_s(worker_pid), process_cpu_s(broker_pid), own.user + own.system,
+                   machine_cpu())
+
+
+def cpu_shares(start: CpuSample, end: CpuSample) -> str:
+    """CPU used over (start, end) as % of one core; "others" is what this bench did not start:
+    well above 0 means other work shared the machine and the figure is low."""
+    wall = end.at - start.at
+    if wall <= 0:
+        return "n/a"
+    parts = []
+    used = end.bench - start.bench
+    for name, a, b in (("worker", start.worker, end.worker), ("broker", start.broker, end.broker)):
+        if a is not None and b is not None:
+            parts.append(f"{name} {100 * (b - a) / wall:.0f}%")
+            used += b - a
+    if start.machine and end.machine and end.machine[1] > start.machine[1]:
+        cores = os.cpu_count() or 1
+        busy_s = (end.machine[0] - start.machine[0]) / (end.machine[1] - start.machine[1]) * wall * cores
+        parts.append(f"others {100 * max(busy_s - used, 0) / wall:.0f}% (of {cores} cores x 100%)")
+    return ", ".join(parts)
+
+
 # -- the worker -------------------------------------------------------------------------------
+
+
+class Batch(NamedTuple):
+    """KDIV_BATCH_MAX and KDIV_BATCH_WITHIN_S of a run; on the command line "MAX" or "MAX:WITHIN_S"."""
+
+    max: int
+    within_s: float
+
+    def __str__(self) -> str:
+        return f"batch {self.max}/{self.within_s:g} s"
 
 
 @dataclass
 class WorkerRun:
-    batch_max: int
+    variant: str
+    batch: Batch
     app_id: str
     records: int
     spawned: float
@@ -148,21 +279,22 @@ class WorkerRun:
     done: float | None = None
     # (seconds since spawn, committed records) at each change of the committed total
     curve: list[tuple[float, int]] = field(default_factory=list)
+    cpu: str = ""
     incidents: int = 0
     state_writes: int = 0
     profile: Path | None = None
 
     @property
-    def startup_s(self) -> float | None:
-        return None if self.ready is None else self.ready - self.spawned
+    def startup_s(self) -> float:
+        return self.ready - self.spawned
 
     @property
     def end_to_end_rate(self) -> float:
         return self.records / (self.done - self.spawned)
 
     @property
-    def after_ready_rate(self) -> float | None:
-        return None if self.ready is None else self.records / (self.done - self.ready)
+    def after_ready_rate(self) -> float:
+        return self.records / max(self.done - self.ready, 1e-9)
 
     @property
     def steady_rate(self) -> float | None:
@@ -177,7 +309,9 @@ class WorkerRun:
         return (c1 - c0) / (t1 - t0)
 
 
-def worker_env(args: argparse.Namespace, bootstrap: str, topic: str, app_id: str, data_dir: Path, batch_max: int):
+def worker_env(
+    args: argparse.Namespace, bootstrap: str, topic: str, app_id: str, data_dir: Path, batch: Batch, variant: str
+) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         KDIV_BOOTSTRAP=bootstrap,
@@ -185,32 +319,29 @@ def worker_env(args: argparse.Namespace, bootstrap: str, topic: str, app_id: str
         KDIV_APP_ID=app_id,
         KDIV_DATA_DIR=str(data_dir),
         KDIV_WEB_ENABLED="false",
-        KDIV_BATCH_MAX=str(batch_max),
-        KDIV_BATCH_WITHIN_S=str(args.batch_within_s),
+        KDIV_BATCH_MAX=str(batch.max),
+        KDIV_BATCH_WITHIN_S=str(batch.within_s),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
+    env.pop("KDIV_TOPIC_PATTERN", None)
     if args.commit_interval_s is not None:
         env["KDIV_COMMIT_INTERVAL_S"] = str(args.commit_interval_s)
+    if variant != "kdiv":
+        env[VARIANT_ENV] = variant
     return env
 
 
 def stop_process_group(process: subprocess.Popen, grace_s: float = 10.0, sig: int = signal.SIGTERM) -> None:
-    """Signal the process group we started (its leader is `process`), then SIGKILL it if needed."""
-    if process.poll() is not None:
-        try:  # the leader is gone; children may remain
-            os.killpg(process.pid, signal.SIGKILL)
+    """Signal the process group we started (its leader is `process`), then SIGKILL what is left."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(grace_s)
         except ProcessLookupError:
             pass
-        return
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # the leader may be gone while children of its group remain
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
@@ -228,7 +359,7 @@ async def group_state(admin: AIOKafkaAdminClient, group_id: str) -> tuple[str, i
     """(state, member count) of a consumer group, from DescribeGroups."""
     for response in await admin.describe_consumer_groups([group_id]):
         for group in response.groups:
-            # v0: error_code, group_id, state, protocol_type, protocol, members[, authorized ops]
+            # error_code, group_id, state, protocol_type, protocol, members[, authorized ops]
             _error, gid, state, _ptype, _protocol, members, *_ = group
             if gid == group_id:
                 return state, len(members)
@@ -240,100 +371,439 @@ async def run_worker(
     bootstrap: str,
     topic: str,
     ends: dict[TopicPartition, int],
-    batch_max: int,
+    batch: Batch,
     workdir: Path,
     tansu: bool,
+    broker_pid: int | None,
+    variant: str = "kdiv",
     profile: bool = False,
 ) -> WorkerRun:
-    app_id = f"kdiv-bench-{uuid.uuid4().hex[:8]}-b{batch_max}{'-prof' if profile else ''}"
-    data_dir = workdir / app_id / "data"
-    data_dir.parent.mkdir(parents=True)
-    log_path = workdir / app_id / "worker.log"
+    tag = re.sub(r"[^a-z0-9]+", "-", variant)
+    app_id = f"kdiv-bench-{uuid.uuid4().hex[:8]}-{tag}-b{batch.max}{'-prof' if profile else ''}"
+    rundir = workdir / app_id
+    data_dir = rundir / "data"
+    rundir.mkdir(parents=True)
+    log_path = rundir / "worker.log"
+    profile_path = rundir / "py-spy.txt"
+    spy_log = rundir / "py-spy.log"
     total = sum(ends.values())
+    if variant.startswith("direct"):
+        command = [sys.executable, str(Path(__file__).resolve()), "--direct-worker"]
+    else:
+        app_arg = "app.main" if variant == "kdiv" else "bench.worker:app"
+        # `faust worker` sets web_enabled from its own --with-web/--without-web flag (default:
+        # with), over the app's KDIV_WEB_ENABLED=false: without it every worker binds port 6066.
+        command = [str(BIN / "faust"), "-A", app_arg, "worker", "-l", "warn", "--without-web"]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-bench-monitor")
     await admin.start()
+    process: subprocess.Popen | None = None
     spy: subprocess.Popen | None = None
-    spy_log = workdir / app_id / "py-spy.log"
-    profile_path = workdir / app_id / "py-spy.txt"
-    with open(log_path, "wb") as log:
-        command = [str(BIN / "faust"), "-A", "app.main", "worker", "-l", "warn"]
-        spawned = time.monotonic()
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=worker_env(args, bootstrap, topic, app_id, data_dir, batch_max),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: stopped as a whole below
-        )
-    run = WorkerRun(batch_max, app_id, total, spawned)
     try:
+        with open(log_path, "wb") as log:
+            spawned = time.monotonic()
+            process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=worker_env(args, bootstrap, topic, app_id, data_dir, batch, variant),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopped as a whole below
+            )
+        run = WorkerRun(variant, batch, app_id, total, spawned)
         deadline = spawned + args.timeout
+        cpu_start = None
         last = -1
         while True:
-            now = time.monotonic()
             if process.poll() is not None:
                 raise BenchError(
                     f"the worker ({app_id}) exited with code {process.returncode} before it was done; "
                     f"its log ({log_path}) ends:\n{tail(log_path)}"
                 )
-            if now > deadline:
+            if time.monotonic() > deadline:
                 raise BenchError(
-                    f"the worker ({app_id}) had committed {max(last, 0)} of {total} records after "
-                    f"{args.timeout:.0f} s (--timeout); its log ({log_path}) ends:\n{tail(log_path)}"
+                    f"the worker ({app_id}) had committed {max(last, 0)} of {total} records "
+                    f"{args.timeout:.0f} s after its start (--timeout); its log ({log_path}) ends:\n{tail(log_path)}"
                 )
             if run.ready is None:
                 state, members = await group_state(admin, app_id)
                 if state == "Stable" and members:
                     run.ready = time.monotonic()
+                    cpu_start = CpuSample.take(process.pid, broker_pid)
                     if profile:
                         spy = start_py_spy(process.pid, profile_path, spy_log, args.profile_rate)
             committed = await admin.list_consumer_group_offsets(app_id, partitions=list(ends))
             positions = {tp: meta.offset for tp, meta in committed.items() if meta is not None and meta.offset >= 0}
-            done = sum(positions.get(tp, 0) for tp in ends)
+            done = sum(min(positions.get(tp, 0), end) for tp, end in ends.items())
             if done != last:
                 run.curve.append((time.monotonic() - spawned, done))
                 last = done
-            if all(positions.get(tp, 0) >= end for tp, end in ends.items()):
+            if done >= total:
                 run.done = time.monotonic()
                 break
             await asyncio.sleep(args.poll_s)
+        cpu_end = CpuSample.take(process.pid, broker_pid)
         if run.ready is None:  # finished between two polls
             run.ready = run.done
+        else:
+            run.cpu = cpu_shares(cpu_start, cpu_end)
         if spy is not None:
             stop_py_spy(spy, spy_log)
             run.profile = profile_path
-        changelog = f"{app_id}-state-p{len(ends)}-changelog"
-        counts = await own_topic_sizes(bootstrap, [f"{app_id}-incidents", changelog], tansu)
-        run.incidents = counts.get(f"{app_id}-incidents", 0)
-        run.state_writes = counts.get(changelog, 0)
+        incidents, changelog = f"{app_id}-incidents", f"{app_id}-state-p{len(ends)}-changelog"
+        sizes = await topic_sizes(bootstrap, {incidents: None, changelog: None}, tansu)
+        run.incidents = sum(sizes.get(incidents, {}).values())
+        run.state_writes = sum(sizes.get(changelog, {}).values())
         return run
     finally:
         if spy is not None and spy.poll() is None:
             stop_process_group(spy, sig=signal.SIGINT)
-        stop_process_group(process)
+        if process is not None:
+            stop_process_group(process)
         await admin.close()
         if not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-async def own_topic_sizes(bootstrap: str, topics: list[str], tansu: bool) -> dict[str, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+# -- variants: loaded in the worker process by `faust -A bench.worker:app` ---------------------
+
+
+def __getattr__(name: str):
+    # PEP 562: only the worker subprocess of a variant asks this module for `app`.
+    if name == "app":
+        return _variant_app(os.environ.get(VARIANT_ENV, "kdiv"))
+    raise AttributeError(name)
+
+
+def variant_error(variant: str) -> str | None:
+    base, *patches = variant.split("+")
+    allowed = DIRECT_PATCHES if base == "direct" else FAUST_PATCHES
+    if base not in BASES or any(p not in allowed for p in patches):
+        return (f"{variant!r}: expected one of {', '.join(BASES)}, the Faust ones optionally "
+                f"+{'/+'.join(FAUST_PATCHES)}, direct optionally +{'/+'.join(DIRECT_PATCHES)}")
+    return None
+
+
+def _variant_app(variant: str):
+    error = variant_error(variant)
+    if error or variant.startswith("direct"):
+        raise SystemExit(f"{VARIANT_ENV}={error or variant!r} is not a Faust app")
+    base, *patches = variant.split("+")
+    if "linger" in patches:
+        # Faust's producer (the changelog's) batches for producer_linger seconds; default 0.
+        os.environ["PRODUCER_LINGER"] = LINGER_S
+    if "fastdrain" in patches:
+        import faust.transport.consumer as faust_consumer
+
+        faust_consumer.Consumer._drain_messages = _fast_drain_messages
+    from app.main import app, worker
+
+    if base == "noop":
+        async def process_batch(events) -> None:
+            worker.stats.batches += 1
+            worker.stats.records += len(events)
+
+        worker.process_batch = process_batch
+    elif base == "nowrites":
+        async def write_unit(tp, event, incidents) -> None:
+            worker.live.take_writes(*tp)  # validated and encoded, not written
+
+        worker._write_unit = write_unit
+    return app
+
+
+class _Resumed:
+    """Awaitable that carries on a coroutine already stepped once by `coro.send(None)`.
+
+    `yielded` is what that step yielded (a future the coroutine waits for): the task that
+    awaits this gets it as if the coroutine had been started by the task itself.
+    """
+
+    def __init__(self, coro, yielded) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def __await__(self):
+        coro, yielded = self._coro, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - forwarded into the coroutine, e.g. cancellation
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _fast_drain_messages(self, fetcher) -> None:  # pragma: no cover - runs inside the worker
+    """faust.transport.consumer.Consumer._drain_messages (faust-streaming 0.15.3), but without
+    `wait_first(callback(message), suspend_flow.wait())` for every message.
+
+    That call makes four tasks per message (the callback, suspend_flow, stopped, crashed), an
+    asyncio.wait and three cancellations, though the callback nearly always finishes at once
+    (the stream's queue has room). Here the callback is stepped in place; only when it has to
+    wait (flow control, a full producer buffer or queue) does it go on under the original
+    wait_first, so a rebalance can still cut it short.
+    """
+    callback = self.callback
+    getmany = self.getmany
+    consumer_should_stop = self._stopped.is_set
+    fetcher_should_stop = fetcher._stopped.is_set
+    get_read_offset = self._read_offset.__getitem__
+    set_read_offset = self._read_offset.__setitem__
+    from faust.transport.consumer import CONSUMER_FETCHING
+
+    set_flag = self.diag.set_flag
+    unset_flag = self.diag.unset_flag
+    commit_every = self._commit_every
+    acks_enabled_for = self.app.topics.acks_enabled_for
+    suspended = self.suspend_flow.is_set
+    yield_every = 100
+    num_since_yield = 0
+    sleep = asyncio.sleep
     try:
-        sizes = {}
-        for topic in topics:
-            partitions = consumer.partitions_for_topic(topic)
-            if partitions is None:
-                await consumer._client.force_metadata_update()  # noqa: SLF001
-                partitions = consumer.partitions_for_topic(topic)
-            if partitions:
-                ends = await end_offsets(consumer, [TopicPartition(topic, p) for p in partitions], tansu=tansu)
-                sizes[topic] = sum(ends.values())
-        return sizes
+        while not (consumer_should_stop() or fetcher_should_stop()):
+            set_flag(CONSUMER_FETCHING)
+            ait = getmany(timeout=1.0)
+            await self.sleep(0)
+            if not self.should_stop:
+                async for tp, message in ait:
+                    num_since_yield += 1
+                    if num_since_yield > yield_every:
+                        await sleep(0)
+                        num_since_yield = 0
+                    offset = message.offset
+                    r_offset = get_read_offset(tp)
+                    if r_offset is None or offset >= r_offset:
+                        gap = offset - (r_offset or 0)
+                        if gap > 1 and r_offset:
+                            if acks_enabled_for(message.topic):
+                                await self._add_gap(tp, r_offset + 1, offset)
+                        if commit_every is not None:
+                            if self._n_acked >= commit_every:
+                                self._n_acked = 0
+                                await self.commit()
+                        coro = callback(message)
+                        if suspended():
+                            await self.wait_first(coro, self.suspend_flow.wait())
+                        else:
+                            try:
+                                yielded = coro.send(None)
+                            except StopIteration:
+                                pass
+                            else:
+                                await self.wait_first(_Resumed(coro, yielded), self.suspend_flow.wait())
+                        set_read_offset(tp, offset)
+                unset_flag(CONSUMER_FETCHING)
+    except self.consumer_stopped_errors:
+        if self.transport.app.should_stop:
+            return
+        raise
+    except asyncio.CancelledError:
+        if self.transport.app.should_stop:
+            return
+        raise
+    finally:
+        unset_flag(CONSUMER_FETCHING)
+
+
+# -- variant "direct": the data path without Faust (a prototype) -------------------------------
+
+
+async def direct_worker() -> None:  # pragma: no cover - runs as the "direct" variant's process
+    """What a kdiv worker costs without Faust's per-message pipeline: a prototype, not a product.
+
+    The same KDIV_* settings, validator and `app.live` write protocol, on plain aiokafka: a
+    consumer in group KDIV_APP_ID reads batches (getmany), each partition's records of a batch
+    are one unit, validated straight from aiokafka's ConsumerRecord (it has the attributes of
+    ConsumedRecord, timestamp in ms included); the unit's incidents are sent and awaited, then
+    its state writes go, in `StateWrites.in_order()` order, to the changelog partition of the
+    source partition and to RocksDB (one WriteBatch per getmany); every
+    KDIV_COMMIT_INTERVAL_S (and whenever a poll comes back empty) the producer is flushed and
+    then the offsets are committed. Missing, as it is a prototype: restoring RocksDB from the
+    changelog on assignment (the state is read from the local RocksDB only), standby
+    replicas, the incidents reader and the web views.
+
+    "direct+lean" adds `lean_fast_path`: the in-order DATA fast path taken first for each
+    record, before `opens_unit` and `LiveValidation.process`, which each scan the header.
+    """
+    from aiokafka import ConsumerRebalanceListener
+    from rocksdict import Options, Rdict, WriteBatch
+
+    from app.discovery import discover
+    from app.div.faults import Verdict
+    from app.div.validator import DataIntegrityValidator, TopicPolicy
+    from app.incidents import incident_for
+    from app.live import LiveValidation
+    from app.settings import Settings
+
+    settings = Settings.from_env(os.environ)
+    cluster = await discover(settings)
+    lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
+    partitions_of = {t.name: t.partitions for t in cluster.topics}
+    live = LiveValidation(
+        DataIntegrityValidator(
+            lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
+            start_in_push=settings.initial_phase == "push",
+            max_age_ms=settings.max_age_ms,
+        )
+    )
+    changelogs = {n: f"{settings.app_id}-state-p{n}-changelog" for n in cluster.partition_counts}
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, client_id=f"{settings.app_id}-admin")
+    await admin.start()
+    try:
+        response = await admin.create_topics([
+            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor,
+                     topic_configs={"cleanup.policy": "compact"})
+            for n, name in changelogs.items()
+        ])
+        for name, error_code, *rest in response.topic_errors:
+            if error_code not in (0, 36):  # 36: already exists
+                raise RuntimeError(f"cannot create {name}: error {error_code} {rest}")
+    finally:
+        await admin.close()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Rdict(str(settings.data_dir / "state.db"), Options(raw_mode=True))
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        group_id=settings.app_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=int(settings.session_timeout_s * 1000),
+        heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
+    )
+    processed: dict[TopicPartition, int] = {}  # next offset to read, per partition done with
+    committed: dict[TopicPartition, int] = {}
+
+    async def commit() -> None:
+        due = {tp: offset for tp, offset in processed.items() if committed.get(tp) != offset}
+        if due:
+            await producer.flush()  # the state of every unit is acknowledged before its offsets
+            await consumer.commit(due)
+            committed.update(due)
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked) -> None:
+            await commit()
+            for tp in revoked:
+                live.unload(tp.topic, tp.partition)
+                processed.pop(tp, None)
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            wanted = {(tp.topic, tp.partition) for tp in assigned if not live.is_loaded(tp.topic, tp.partition)}
+            if wanted:
+                live.load_many(wanted, db.items())
+
+    batch = WriteBatch(raw_mode=True)  # rebound after each db.write, which consumes it
+
+    async def write_unit(tp: TopicPartition, incidents: list) -> None:
+        if incidents:
+            sent = [await producer.send(settings.incidents, i.value, key=i.key) for i in incidents]
+            await asyncio.gather(*sent)
+        writes = live.take_writes(tp.topic, tp.partition)
+        if writes is None:
+            return
+        changelog = changelogs[partitions_of[tp.topic]]
+        send = producer.send
+        for key, value in writes.in_order():
+            await send(changelog, value, key=key, partition=tp.partition)
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+
+    await producer.start()
+    consumer.subscribe(topics=[t.name for t in cluster.topics], listener=Listener())
+    await consumer.start()
+    process = live.process
+    ok = Verdict.OK
+    lean = "lean" in os.environ.get(VARIANT_ENV, "").split("+")
+    wait_ms = int(settings.batch_within_s * 1000)
+    last_commit = time.monotonic()
+    try:
+        while True:
+            batches = await consumer.getmany(timeout_ms=wait_ms, max_records=None)
+            now = time.time_ns() // 1_000_000
+            for tp, records in batches.items():
+                if not live.is_loaded(tp.topic, tp.partition):
+                    live.load(tp.topic, tp.partition, db.items())
+                pending: list = []
+                fast = lean_fast_path(live, tp) if lean else _never
+                for record in records:
+                    if fast(record):
+                        continue
+                    if live.opens_unit(record):
+                        await write_unit(tp, pending)
+                        pending = []
+                    result = process(record, now)
+                    if result is not None and result.verdict is not ok:
+                        incident = incident_for(result, now)
+                        if incident is not None:
+                            pending.append(incident)
+                await write_unit(tp, pending)
+                processed[tp] = records[-1].offset + 1
+            if len(batch):
+                db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+            if not batches or time.monotonic() - last_commit >= settings.commit_interval_s:
+                await commit()
+                last_commit = time.monotonic()
     finally:
         await consumer.stop()
+        await producer.stop()
+        db.close()
+
+
+def _never(record) -> bool:
+    return False
+
+
+def lean_fast_path(live, tp: TopicPartition):  # pragma: no cover - runs in the worker
+    """A function that validates one record of `tp` if it is an intact in-order DATA record
+    (returns True), else changes nothing and returns False (the record takes the full path).
+
+    It does what LiveValidation.process -> DataIntegrityValidator.validate do on their fast
+    path (the same tracker call and counters, the GUID marked dirty), with one header scan
+    instead of three (opens_unit, process and validate each scan and unpack it) and no
+    ValidationResult. A DATA record never opens a unit, so opens_unit is not needed for it.
+    It reads private state of app.live: a bench prototype of a `LiveValidation.process_many`.
+    """
+    from app.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, record_crc, unpack_common
+
+    part = live.validator.partitions[(tp.topic, tp.partition)]
+    accept = part.tracker.accept_in_order
+    add = live._dirty.setdefault((tp.topic, tp.partition), set()).add  # noqa: SLF001
+
+    def fast(record) -> bool:
+        raw = None
+        found = 0
+        for name, value in record.headers:
+            if name == HEADER_NAME:
+                found += 1
+                raw = value
+        offset = record.offset
+        if found != 1 or raw is None or len(raw) != COMMON_SIZE or offset <= part.last_offset:
+            return False
+        version, kind, guid, segment, seq, producer_ts, header_crc = unpack_common(raw)
+        if version != FORMAT_VERSION or kind != 0 or not accept(
+            guid, segment, seq, producer_ts, header_crc, record_crc(0, record.key, record.value), offset
+        ):
+            return False
+        part.records += 1
+        part.last_offset = offset
+        add(guid)
+        return True
+
+    return fast
 
 
 # -- profiling --------------------------------------------------------------------------------
@@ -361,22 +831,23 @@ def stop_py_spy(spy: subprocess.Popen, log: Path) -> None:
         raise BenchError(f"py-spy did not stop; its log ends:\n{tail(log)}") from None
 
 
-# Where a sample's time goes: the deepest frame whose file matches, leaf first.
+# Where a sample's time goes: the deepest frame (leaf first) whose file matches.
 CATEGORIES = [
     ("kdiv validation core (app/div)", re.compile(r"/app/div/")),
     ("kdiv live state (app/live.py)", re.compile(r"/app/live\.py")),
     ("kdiv worker glue (app/worker.py)", re.compile(r"/app/worker\.py")),
     ("RocksDB store (faust/stores, rocksdict)", re.compile(r"faust/stores/|rocksdict")),
-    ("Faust tables + changelog send (faust/tables)", re.compile(r"faust/tables/")),
-    ("aiokafka producer (changelog writes)", re.compile(r"aiokafka/producer/")),
-    ("aiokafka fetch + record parsing", re.compile(r"aiokafka/(consumer|record)/")),
-    ("Faust consumer (offsets, acks, commit)", re.compile(r"faust/transport/consumer\.py|faust/transport/drivers/")),
-    ("Faust producer / conductor / topics", re.compile(r"faust/transport/(producer|conductor)\.py|faust/topics\.py")),
+    ("Faust tables (faust/tables)", re.compile(r"faust/tables/")),
+    ("aiokafka producer (changelog sends)", re.compile(r"aiokafka/producer/")),
+    ("aiokafka fetcher + record parsing (consumer thread)", re.compile(r"aiokafka/(consumer|record)/")),
+    ("Faust consumer loop (drain, offsets, acks, commit)", re.compile(r"faust/transport/consumer\.py|faust/transport/drivers/")),
+    ("Faust producer buffer / conductor / topics", re.compile(r"faust/transport/(producer|conductor)\.py|faust/topics\.py")),
     ("Faust streams, events, channels, agents", re.compile(r"faust/(streams|events|channels|agents/)")),
     ("Faust other", re.compile(r"/faust/")),
+    ("mode (wait_first, events, queues, threads)", re.compile(r"/mode/")),
     ("aiokafka other (client, conn, protocol)", re.compile(r"aiokafka/")),
-    ("mode (services, threads)", re.compile(r"/mode/")),
-    ("asyncio event loop", re.compile(r"asyncio/")),
+    ("logging (debug calls below the level)", re.compile(r"logging/")),
+    ("asyncio (tasks, futures, event loop)", re.compile(r"asyncio/|selectors\.py")),
 ]
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
@@ -388,7 +859,7 @@ def _frame(frame: str) -> tuple[str, str]:
     if not match:
         return frame, ""
     path = match["file"]
-    for marker in ("site-packages/", "/lib/python3", str(ROOT) + "/"):
+    for marker in ("site-packages/", "/lib/python3.11/", "/lib/python3.12/", str(ROOT) + "/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break
@@ -402,8 +873,7 @@ def summarize_profile(path: Path, top: int) -> list[str]:
         if not stack or not count.isdigit():
             continue
         frames = stack.split(";")
-        thread = frames[0]
-        samples.append((thread, [_frame(f) for f in frames[1:]], int(count)))
+        samples.append((frames[0], [_frame(f) for f in frames[1:]], int(count)))
     total = sum(n for *_, n in samples)
     if not total:
         return ["py-spy collected no samples"]
@@ -412,12 +882,12 @@ def summarize_profile(path: Path, top: int) -> list[str]:
     inclusive: Counter[str] = Counter()
     categories: Counter[str] = Counter()
     for thread, frames, n in samples:
-        by_thread[re.sub(r"\(0x[0-9a-f]+\)|\d{3,}", "", thread).strip()] += n
+        by_thread[re.sub(r"\(\d+\)|\(0x[0-9a-f]+\)", "", thread).strip()] += n
         if frames:
             func, file = frames[-1]
             self_time[f"{func} ({file})"] += n
-        for func, file in set(frames):
-            inclusive[f"{func} ({file})"] += n
+        for key in {f"{func} ({file})" for func, file in frames}:
+            inclusive[key] += n
         for _func, file in reversed(frames):
             name = next((name for name, pattern in CATEGORIES if pattern.search("/" + file)), None)
             if name is not None:
@@ -429,15 +899,18 @@ def summarize_profile(path: Path, top: int) -> list[str]:
     def pct(n: int) -> str:
         return f"{100 * n / total:5.1f}%"
 
-    out = [f"py-spy samples: {total} (non-idle, all threads)"]
+    out = [f"py-spy samples: {total} (threads on CPU; py-spy cuts coroutine stacks at the task, so a"
+           " frame's inclusive share undercounts its callers)"]
     out.append("by thread:")
     out += [f"  {pct(n)}  {name}" for name, n in by_thread.most_common(6)]
-    out.append("by category (the deepest frame that falls in one):")
+    out.append("by category (the deepest frame of each sample that falls in one):")
     out += [f"  {pct(n)}  {name}" for name, n in categories.most_common()]
     out.append(f"top {top} by self time:")
     out += [f"  {pct(n)}  {name}" for name, n in self_time.most_common(top)]
-    out.append(f"top {top} by inclusive time:")
-    out += [f"  {pct(n)}  {name}" for name, n in inclusive.most_common(top)]
+    out.append(f"top {top} by inclusive time (the event loop's and CLI's frames left out):")
+    boring = re.compile(r"\((asyncio/|click/|faust/cli/|mode/worker\.py|mode/threads\.py|faust\)|threading\.py)")
+    out += [f"  {pct(n)}  {name}" for name, n in
+            [(k, v) for k, v in inclusive.most_common() if not boring.search(k)][:top]]
     return out
 
 
@@ -448,53 +921,101 @@ def fmt_rate(rate: float | None) -> str:
     return "n/a" if rate is None else f"{rate:,.0f} records/s"
 
 
-async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path) -> None:
+def report(run: WorkerRun, bare_rate: float, verbose: bool) -> None:
+    steady = run.steady_rate
+    if steady:
+        head = f"steady {fmt_rate(steady)}, ratio to bare {steady / bare_rate:.3f}"
+    else:
+        head = (f"after ready {fmt_rate(run.after_ready_rate)}, ratio to bare {run.after_ready_rate / bare_rate:.3f} "
+                "(too few commits inside the run for a steady figure)")
+    print(f"  {run.variant} ({run.batch}): {head}")
+    print(
+        f"      startup {run.startup_s:.1f} s | after ready {fmt_rate(run.after_ready_rate)} "
+        f"({run.after_ready_rate / bare_rate:.3f}) | end-to-end {fmt_rate(run.end_to_end_rate)} | "
+        f"state writes {run.state_writes} ({run.state_writes / run.records:.3f}/record) | "
+        f"incidents {run.incidents} | CPU {run.cpu}"
+    )
+    if verbose:
+        print("      committed (s since start: records):", ", ".join(f"{t:.1f}: {c}" for t, c in run.curve))
+    if run.incidents:
+        print(f"      WARNING: the worker reported {run.incidents} incidents: this figure measures a fault path")
+
+
+async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: int | None) -> None:
     tansu = await detect_tansu(bootstrap)
     topic = f"kdiv-bench-{uuid.uuid4().hex[:8]}"
     await create_topic(bootstrap, topic, args.partitions)
     produce_s = await produce(bootstrap, topic, args)
-    ends = await topic_end_offsets(bootstrap, topic, args.partitions, tansu)
+    ends = (await topic_sizes(bootstrap, {topic: args.partitions}, tansu))[topic]
     total = sum(ends.values())
-    control = total - args.records
+    where = "embedded Tansu" if broker_pid is not None else f"{bootstrap}{' (Tansu)' if tansu else ''}"
     print(
-        f"records: {args.records} data + {control} control = {total} on {topic}, producers: {args.producers}, "
-        f"partitions: {args.partitions}, value bytes: {args.value_size}, keys: {args.keys}, "
-        f"broker: {'embedded Tansu' if args.embedded else bootstrap}{' (Tansu)' if tansu and not args.embedded else ''}"
+        f"records: {args.records} data + {total - args.records} control = {total} on {topic}, producers: "
+        f"{args.producers}, partitions: {args.partitions}, value bytes: {args.value_size}, keys: {args.keys}, "
+        f"broker: {where}"
     )
     print(f"produced in {produce_s:.1f} s ({args.records / produce_s:,.0f} records/s through DivWriter)")
-    bare_s = min([await bare_consume(bootstrap, ends) for _ in range(args.runs)])
-    bare_rate = total / bare_s
-    print(f"bare aiokafka consumer (getmany, best of {args.runs}): {fmt_rate(bare_rate)}")
-    print(
-        "kdiv worker (faust -A app.main worker, tables on), per KDIV_BATCH_MAX: startup = spawn -> group Stable; "
-        "steady = slope of committed offsets between commits inside the run (the validation rate)"
-    )
-    runs = []
-    for batch_max in args.batch_max:
-        run = await run_worker(args, bootstrap, topic, ends, batch_max, workdir, tansu)
-        runs.append(run)
-        steady = run.steady_rate
-        print(
-            f"  batch_max {batch_max:>5}: startup {run.startup_s:5.1f} s | "
-            f"end-to-end {fmt_rate(run.end_to_end_rate)} | after ready {fmt_rate(run.after_ready_rate)} | "
-            f"steady {fmt_rate(steady)} | ratio kdiv/bare {steady / bare_rate if steady else float('nan'):.3f} "
-            f"(after ready: {run.after_ready_rate / bare_rate:.3f}) | "
-            f"state writes {run.state_writes} ({run.state_writes / total:.3f}/record), incidents {run.incidents}"
-        )
-        if args.verbose:
-            print("    committed curve (s since spawn, records):", ", ".join(f"{t:.1f}:{c}" for t, c in run.curve))
-        if run.incidents:
-            print(f"  WARNING: the worker reported {run.incidents} incidents: the figure measures a fault path")
-    if args.profile:
-        batch_max = args.batch_max[0]
-        print(f"profile: py-spy on one more worker run (batch_max {batch_max}), from group Stable to all committed")
-        run = await run_worker(args, bootstrap, topic, ends, batch_max, workdir, tansu, profile=True)
-        print(f"  (under the profiler: steady {fmt_rate(run.steady_rate)}; raw stacks: {run.profile})")
+    configs = [("kdiv", batch) for batch in args.batch if "kdiv" in args.variants]
+    configs += [(variant, args.batch[0]) for variant in args.variants if variant != "kdiv"]
+    results: dict[tuple[str, Batch], list[WorkerRun]] = {config: [] for config in configs}
+    bare_rates = []
+    for round_ in range(args.repeat):
+        # Rounds interleave the configurations, so a busy spell of the machine hits them alike.
+        bare_s = min([await bare_consume(bootstrap, ends) for _ in range(args.runs)])
+        bare_rates.append(total / bare_s)
+        round_note = f", round {round_ + 1} of {args.repeat}" if args.repeat > 1 else ""
+        print(f"bare aiokafka consumer (no group, getmany, best of {args.runs}{round_note}): {fmt_rate(bare_rates[-1])}")
+        if round_ == 0:
+            print(
+                "worker runs (tables on). steady: slope of the group's committed offsets between the first and last "
+                "commit inside the run (startup and the final commit's lag excluded); startup: process start -> "
+                "group Stable (DescribeGroups); after ready: group Stable -> all committed; CPU over (ready, done), "
+                "% of one core:"
+            )
+        for variant, batch in configs:
+            run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant)
+            results[(variant, batch)].append(run)
+            report(run, bare_rates[-1], args.verbose)
+    bare_rate = statistics.median(bare_rates)
+
+    def rate_of(run: WorkerRun) -> float:
+        return run.steady_rate or run.after_ready_rate
+
+    kdiv_results = [(config, statistics.median(map(rate_of, runs))) for config, runs in results.items()
+                    if config[0] == "kdiv"]
+    if kdiv_results:
+        (_, best_batch), best_rate = max(kdiv_results, key=lambda item: item[1])
+        ratio = best_rate / bare_rate
+        setting = f" (best batch setting: {best_batch})" if len(kdiv_results) > 1 else ""
+        print(f"kdiv/bare ratio{setting}: {ratio:.3f}; goal >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'}")
+    if len(configs) > 1 or args.repeat > 1:
+        spread = f"median of {args.repeat} rounds, [min-max]; " if args.repeat > 1 else ""
+        print(f"summary (bare aiokafka consumer: {fmt_rate(bare_rate)}; {spread}rate = steady, or after ready "
+              "when marked *):")
+        for (variant, batch), runs in results.items():
+            rates = sorted(map(rate_of, runs))
+            rate = statistics.median(rates)
+            mark = " " if all(run.steady_rate for run in runs) else "*"
+            span = f"  [{rates[0]:,.0f}-{rates[-1]:,.0f}]" if len(rates) > 1 else ""
+            writes = statistics.median(run.state_writes / run.records for run in runs)
+            startup = statistics.median(run.startup_s for run in runs)
+            print(f"  {variant + ' (' + str(batch) + ')':<36} {rate:>10,.0f}{mark} records/s  "
+                  f"ratio {rate / bare_rate:.3f}{span}  startup {startup:.1f} s  state writes/record {writes:.3f}")
+    for variant in args.profile or ():
+        batch = args.batch[0]
+        print(f"profile: py-spy ({args.profile_rate} Hz) on one more {variant} run ({batch}), "
+              "from group Stable to all committed")
+        run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant,
+                               profile=True)
+        print(f"  under the profiler: steady {fmt_rate(run.steady_rate)}; CPU {run.cpu}; raw stacks: {run.profile}")
         for line in summarize_profile(run.profile, args.top):
             print("  " + line)
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--direct-worker"]:  # the "direct" variant's worker process
+        asyncio.run(direct_worker())
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--producers", type=int, default=50)
@@ -504,31 +1025,58 @@ def main() -> None:
                         help="random keys (Kafka's partitioner) or none (DivWriter's round robin)")
     parser.add_argument("--segment-records", type=int, default=-1, help="DivWriter max_records_per_segment")
     parser.add_argument("--runs", type=int, default=3, help="bare consumer runs (best of)")
-    parser.add_argument("--batch-max", type=int, nargs="+", default=[1000], help="KDIV_BATCH_MAX values, one run each")
-    parser.add_argument("--batch-within-s", type=float, default=0.1, help="KDIV_BATCH_WITHIN_S")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of bare + every worker run; the summary gives medians (for a shared machine)")
+    parser.add_argument("--batch-max", nargs="+", default=["1000"], metavar="MAX[:WITHIN_S]",
+                        help="KDIV_BATCH_MAX values (with their own KDIV_BATCH_WITHIN_S after a colon), one kdiv "
+                             "run each; variants and profiles use the first")
+    parser.add_argument("--batch-within-s", type=float, default=0.1,
+                        help="KDIV_BATCH_WITHIN_S where --batch-max gives none")
     parser.add_argument("--commit-interval-s", type=float, default=None,
                         help="KDIV_COMMIT_INTERVAL_S (default: the worker's)")
-    parser.add_argument("--poll-s", type=float, default=0.2, help="committed-offset poll interval")
+    parser.add_argument("--variants", nargs="+", default=["kdiv"],
+                        help=f"workers to run: {', '.join(BASES)}; the Faust ones optionally "
+                             f"+{'/+'.join(FAUST_PATCHES)}, direct +{'/+'.join(DIRECT_PATCHES)} (see the module "
+                             "doc). kdiv runs once per --batch-max, the others at the first")
+    parser.add_argument("--poll-s", type=float, default=0.1, help="committed-offset poll interval")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a worker run may take")
-    parser.add_argument("--profile", action="store_true", help="one more worker run under py-spy")
+    parser.add_argument("--profile", nargs="*", metavar="VARIANT",
+                        help="one more worker run under py-spy per variant (none named: kdiv)")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=20, help="profile entries to print")
     parser.add_argument("--bootstrap", default=os.environ.get("KDIV_BOOTSTRAP", ""),
                         help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)")
-    parser.add_argument("--keep", action="store_true", help="keep the workers' data dirs, logs and profiles")
+    parser.add_argument("--keep", action="store_true", help="keep the workers' data dirs and logs")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's committed-offset curve")
     args = parser.parse_args()
+    try:
+        args.batch = [
+            Batch(int(m), float(w) if w else args.batch_within_s)
+            for m, _, w in (value.partition(":") for value in args.batch_max)
+        ]
+    except ValueError:
+        parser.error(f"--batch-max {' '.join(args.batch_max)}: expected MAX or MAX:WITHIN_S")
+    if args.profile == []:
+        args.profile = ["kdiv"]
+    for variant in [*args.variants, *(args.profile or ())]:
+        error = variant_error(variant)
+        if error:
+            parser.error(f"variant {error}")
 
+    def on_sigterm(signum, frame):
+        raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop what we started
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     workdir = Path(tempfile.mkdtemp(prefix="kdiv-bench-worker-"))
     broker = None
     try:
-        args.embedded = not args.bootstrap
-        if args.embedded:
+        if args.bootstrap:
+            bootstrap, broker_pid = args.bootstrap, None
+        else:
             broker = DevBroker(port=0).start()
             bootstrap = broker.bootstrap
-        else:
-            bootstrap = args.bootstrap
-        asyncio.run(bench(args, bootstrap, workdir))
+            broker_pid = broker._process.pid  # noqa: SLF001 - for its CPU time only
+        asyncio.run(bench(args, bootstrap, workdir, broker_pid))
     except BenchError as failure:
         sys.exit(f"bench failed: {failure}")
     except KeyboardInterrupt:
@@ -537,7 +1085,7 @@ def main() -> None:
         if broker is not None:
             broker.stop()
         if args.keep or args.profile:
-            print(f"worker logs{' and profile' if args.profile else ''}: {workdir}", file=sys.stderr)
+            print(f"worker logs{' and profile' if args.profile else ''} kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
