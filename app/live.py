@@ -147,7 +147,10 @@ class LiveValidation:
             part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
             self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
             self._loaded.add(tp)
-            self._dirty.pop(tp, None)
+            # Written again with the first unit: a store kept on local disk may hold writes
+            # whose changelog records a crash lost, and replays that are skipped would never
+            # send them; the partition's next owner restores from the changelog.
+            self._dirty[tp] = {*producers[tp], b""} if tp in parts or producers[tp] else set()
 
     def unload(self, topic: str, partition: int) -> None:
         """Forget a partition (revoked): its next owner reads it from the table."""

@@ -10,15 +10,16 @@ changelog, and the oracle (the pure validator over the final topic content).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
-import re
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,15 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.consume import _standalone_consumer, read_snapshot, topic_partitions
+from app.demo import FAULTS, FaultyPipeline
 from app.div.codec import decode_partition, decode_segment
-from app.div.validator import DataIntegrityValidator, PartitionValidation
 from app.div.segment import Segment
+from app.div.validator import DataIntegrityValidator, PartitionValidation
 from app.incidents import Incident, incident_for
+from app.jsonl import record_to_line
 from app.kafka_compat import detect_tansu, end_offsets
 from app.live import parse_key
+from app.writer import DivWriter
 
 REPO = Path(__file__).resolve().parent.parent
 FAUST = str(Path(sys.executable).with_name("faust"))
@@ -140,6 +144,7 @@ class WorkerProcess:
         killed_at = time.monotonic()
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
+        self._note(f"SIGKILL at {time.time():.3f} (ready: {self.ready})")
         return killed_at
 
     def terminate(self, timeout: float = 20.0) -> int | None:
@@ -155,13 +160,24 @@ class WorkerProcess:
                 self.proc.wait(timeout=10)
         return self.proc.returncode
 
+    def cry(self) -> None:
+        """Ask the worker to log the stack of every thread and asyncio task (mode's SIGUSR1)."""
+        if self.alive:
+            self._note(f"SIGUSR1 at {time.time():.3f}: stacks follow")
+            self.proc.send_signal(signal.SIGUSR1)
+
     def restart(self, keep_data: bool = True) -> WorkerProcess:
         """Start again after a kill or stop; without its data dir the state comes from the changelog."""
         if self.alive:
             raise RuntimeError(f"worker {self.name} is still running")
         if not keep_data:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        self._note(f"restart {'keeping' if keep_data else 'deleting'} the data dir")
         return self.start()
+
+    def _note(self, text: str) -> None:
+        with open(self.log_path, "a") as log:
+            log.write(f"\n=== kdiv-test: {text} ===\n")
 
     # -- the log -----------------------------------------------------------------------------
 
@@ -231,6 +247,21 @@ async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: 
     return {p: found[TopicPartition(topic, p)].offset if TopicPartition(topic, p) in found else -1 for p in partitions}
 
 
+async def record_offsets(bootstrap: str, group: str, topic: str, partitions: int, path: Path, every_s: float = 0.25) -> None:
+    """Append the group's committed offsets and the topic's end offsets to `path` every
+    `every_s` seconds, until cancelled: a timeline for post mortems."""
+    with open(path, "a") as out:
+        while True:
+            try:
+                committed = await committed_offsets(bootstrap, group, topic, range(partitions))
+                ends = await exact_end_offsets(bootstrap, topic)
+                out.write(f"{time.time():.3f} committed {committed} ends {ends}\n")
+            except Exception as exc:  # the timeline is a diagnostic; never fail because of it
+                out.write(f"{time.time():.3f} {exc!r}\n")
+            out.flush()
+            await asyncio.sleep(every_s)
+
+
 async def wait_until_caught_up(
     bootstrap: str,
     group: str,
@@ -245,6 +276,7 @@ async def wait_until_caught_up(
     before a commit, so from then on both are complete.
     """
     started = time.monotonic()
+    workers = list(workers)
     ends = await exact_end_offsets(bootstrap, topic)
     committed: dict[int, int] = {}
     while True:
@@ -255,6 +287,9 @@ async def wait_until_caught_up(
             if worker.proc is not None and not worker.alive and worker.proc.returncode not in (-signal.SIGKILL,):
                 raise AssertionError(f"worker {worker.name} exited with {worker.proc.returncode}:\n{worker.log_tail()}")
         if time.monotonic() - started > timeout:
+            for worker in workers:
+                worker.cry()
+            await asyncio.sleep(2)
             tails = "\n".join(w.log_tail() for w in workers)
             raise AssertionError(
                 f"group {group} did not catch up on {topic} in {timeout:.0f} s: committed {committed}, ends {ends}\n{tails}"
@@ -282,11 +317,20 @@ def comparable(incident: Incident) -> tuple[str, str, int]:
 class Oracle:
     """What the pure validator reports over the topic's final content."""
 
+    # key -> (verdict, severity, offset) of the last incident with that key: what a
+    # compacted incidents topic keeps.
     incidents: dict[bytes, tuple[str, str, int]]
-    # Keys the validator reports more than once (e.g. one record duplicated twice).
-    repeated_keys: set[bytes]
+    # key -> every (verdict, severity, offset) reported under it; more than one when a
+    # record comes twice (e.g. one record duplicated twice).
+    versions: dict[bytes, set[tuple[str, str, int]]]
     partitions: dict[tuple[str, int], PartitionValidation]
     records: int
+
+    def verdicts(self) -> Counter:
+        return Counter(verdict for verdict, _severity, _offset in self.incidents.values())
+
+    def severities(self) -> Counter:
+        return Counter(severity for _verdict, severity, _offset in self.incidents.values())
 
 
 async def oracle(bootstrap: str, topic: str) -> Oracle:
@@ -294,16 +338,15 @@ async def oracle(bootstrap: str, topic: str) -> Oracle:
     crashed would: stream phase, no compaction, no max age (the worker's defaults here)."""
     validator = DataIntegrityValidator()
     incidents: dict[bytes, tuple[str, str, int]] = {}
-    repeated: set[bytes] = set()
+    versions: dict[bytes, set[tuple[str, str, int]]] = defaultdict(set)
     records = 0
     async for record in read_snapshot(bootstrap, topic):
         records += 1
         incident = incident_for(validator.validate(record, time.time_ns() // 1_000_000), 0)
         if incident is not None:
-            if incident.key in incidents:
-                repeated.add(incident.key)
             incidents[incident.key] = comparable(incident)
-    return Oracle(incidents, repeated, dict(validator.partitions), records)
+            versions[incident.key].add(comparable(incident))
+    return Oracle(incidents, dict(versions), dict(validator.partitions), records)
 
 
 async def read_table(bootstrap: str, app_id: str, partitions: int) -> dict[bytes, bytes]:
@@ -351,22 +394,94 @@ def state_differences(expected: Oracle, table: dict[bytes, bytes]) -> list[str]:
     return problems
 
 
-def incident_differences(
-    expected: dict[bytes, tuple[str, str, int]], live: dict[bytes, list[Incident]], limit: int = 25
-) -> list[str]:
-    """Missed, false and inconsistent incidents (an empty list when they agree)."""
+def latest(live: dict[bytes, list[Incident]]) -> dict[bytes, tuple[str, str, int]]:
+    """What a compacted incidents topic keeps: the last version of each key."""
+    return {key: comparable(versions[-1]) for key, versions in live.items()}
+
+
+def incident_differences(expected: Oracle, live: dict[bytes, list[Incident]], limit: int = 25) -> list[str]:
+    """Missed, false and inconsistent incidents (an empty list when they agree).
+
+    Per key, the live topic must hold exactly the versions the oracle reports (replays
+    repeat a version, never add one), and its last version must be the oracle's last.
+    """
     problems = []
-    for key in sorted(expected.keys() - live.keys()):
-        problems.append(f"missed: {key.decode()} -> {expected[key]}")
-    for key in sorted(live.keys() - expected.keys()):
+    for key in sorted(expected.incidents.keys() - live.keys()):
+        problems.append(f"missed: {key.decode()} -> {expected.incidents[key]}")
+    for key in sorted(live.keys() - expected.incidents.keys()):
         problems.append(f"false alarm: {key.decode()} -> {[comparable(i) for i in live[key]]}")
-    for key in sorted(expected.keys() & live.keys()):
+    for key in sorted(expected.incidents.keys() & live.keys()):
         seen = {comparable(i) for i in live[key]}
-        if seen != {expected[key]}:
-            problems.append(f"differs: {key.decode()} -> live {sorted(seen)}, oracle {expected[key]}")
+        last = comparable(live[key][-1])
+        if seen != expected.versions[key] or last != expected.incidents[key]:
+            problems.append(
+                f"differs: {key.decode()} -> live {sorted(seen)} (last {last}), "
+                f"oracle {sorted(expected.versions[key])} (last {expected.incidents[key]})"
+            )
     if len(problems) > limit:
         problems = problems[:limit] + [f"... and {len(problems) - limit} more"]
     return problems
+
+
+async def dump_topics(bootstrap: str, topics: Iterable[str], directory: Path) -> list[Path]:
+    """Write each topic's records as `kdiv dump` JSON Lines under `directory`, for a post
+    mortem (`kdiv check` reads them back); topics that cannot be read are skipped."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for topic in topics:
+        path = directory / f"{topic}.jsonl"
+        try:
+            with open(path, "w") as out:
+                async for record in read_snapshot(bootstrap, topic):
+                    out.write(record_to_line(record) + "\n")
+        except Exception as exc:  # a post mortem must not hide the failure it documents
+            path.write_text(f"cannot read {topic}: {exc!r}\n")
+        written.append(path)
+    return written
+
+
+# -- load with injected faults ---------------------------------------------------------------
+
+
+async def produce_with_faults(
+    bootstrap: str,
+    topic: str,
+    stop: asyncio.Event,
+    *,
+    rate: float = 80.0,
+    fault_every: int = 20,
+    faults: Iterable[str] = FAULTS,
+    seed: int = 0,
+    max_records_per_segment: int = 200,
+) -> Counter:
+    """Write DIV-stamped records at `rate` per second until `stop` is set, injecting one
+    fault (app.demo's FaultyPipeline, in turn from `faults`) every `fault_every` records,
+    at least one healthy record apart. Ends every segment on the way out. Returns how many
+    records were written healthy and how many faults of each kind were injected."""
+    rng = random.Random(seed)
+    writer = await DivWriter.start(bootstrap, max_records_per_segment=max_records_per_segment)
+    pipeline = FaultyPipeline(writer, topic)
+    partitions = await writer.partitions(topic)
+    kinds = itertools.cycle(tuple(faults))
+    done: Counter = Counter()
+    loop = asyncio.get_running_loop()
+    next_at = loop.time()
+    try:
+        for n in itertools.count():
+            if stop.is_set():
+                break
+            if n % fault_every == fault_every - 1:
+                fault = next(kinds)
+                await pipeline.inject(fault, rng.choice(partitions))
+                done[fault] += 1
+            else:
+                await pipeline.healthy(partitions[n % len(partitions)])
+                done["healthy"] += 1
+            next_at += 1 / rate
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+    finally:
+        await writer.close()
+    return done
 
 
 # -- Faust's view of the assignment ----------------------------------------------------------
@@ -396,7 +511,3 @@ def owners(distribution: dict, topic: str) -> dict[int, list[str]]:
             found[partition].append(url)
     return dict(found)
 
-
-def member_ids(worker: WorkerProcess) -> list[str]:
-    """Group member ids the worker was given, oldest first (from its log)."""
-    return re.findall(r"with member_id (\S+)", worker.log_text())
