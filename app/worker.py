@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
@@ -29,11 +28,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.streams import _current_event
 from faust.types import TP, EventT
 
+from .clock import wall_clock_ms
 from .discovery import ClusterView
 from .div.record import ConsumedRecord
 from .div.validator import DataIntegrityValidator, TopicPolicy
-from .kafka_compat import enable_tansu_producer_ids
 from .incidents import FaultRunLog, Incident, RecentIncidents, incident_for
+from .kafka_compat import enable_tansu_producer_ids
 from .live import LiveValidation
 from .settings import Settings
 from .transport import broker_url
@@ -42,15 +42,12 @@ from .views import register_views
 log = logging.getLogger("kdiv.worker")
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def table_name(partitions: int) -> str:
     return f"state-p{partitions}"
 
 
-def to_consumed_record(message) -> ConsumedRecord:
+def record_of_message(message) -> ConsumedRecord:
+    """A Faust message as the validator takes it (Faust keeps timestamps in seconds)."""
     headers = message.headers or ()
     if isinstance(headers, dict):
         headers = headers.items()
@@ -177,7 +174,7 @@ class ValidationWorker:
         last_event: dict[tuple[str, int], EventT] = {}
         observed = []
         for event in events:
-            record = to_consumed_record(event.message)
+            record = record_of_message(event.message)
             tp = (record.topic, record.partition)
             if not live.is_loaded(*tp):
                 self._load_assigned()

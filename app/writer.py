@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
+from .clock import wall_clock_ms
 from .div.stamper import DISABLED, DivStamper, OutgoingRecord
 from .div.wire import ChecksumType, Kind
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class DivWriter:

@@ -14,7 +14,8 @@ from aiokafka.partitioner import murmur2
 from app.consume import read_snapshot
 from app.div.validator import DataIntegrityValidator
 from app.div.wire import Kind, decode
-from app.writer import DivWriter, wall_clock_ms
+from app.clock import wall_clock_ms
+from app.writer import DivWriter
 
 pytestmark = pytest.mark.broker
 
