@@ -181,7 +181,9 @@ class ValidationWorker:
                 if not live.is_loaded(*tp):  # e.g. revoked meanwhile: its owner validates it
                     live.load(record.topic, record.partition, self._table_of_topic[record.topic].items())
             if live.opens_unit(record):
-                await self._write_unit(tp, last_event[tp], pending.pop(tp, []))
+                # Pending writes may predate this batch (state written again after a load):
+                # any event of the partition names it.
+                await self._write_unit(tp, last_event.get(tp, event), pending.pop(tp, []))
             result = live.process(record, now)
             last_event[tp] = event
             if result is None:

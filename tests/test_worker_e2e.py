@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from app.writer import DivWriter
 from tests.workerproc import (
     WorkerProcess,
     incident_differences,
@@ -75,5 +76,38 @@ async def test_topics_with_different_partition_counts_are_watched_together(boots
         # One state table per partition count.
         log = worker.log_text()
         assert "state-p2" in log and "state-p3" in log
+    finally:
+        worker.terminate()
+
+
+async def test_restart_whose_first_record_is_a_push_marker(bootstrap, topic_factory, tmp_path):
+    """After a restart the loaded state is written again with the first unit; when the first
+    record is START_OF_PUSH that unit is written before it, in its partition's context."""
+    topic = topic_factory(2)
+    app_id = f"push-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess("push", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+    writer = await DivWriter.start(bootstrap)
+    try:
+        worker.start()
+        await worker.wait_ready()
+        for n in range(20):
+            await writer.send(topic, b"before %d" % n, key=b"%d" % n)
+        await writer.flush()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+        worker.terminate()
+
+        # The writer's segments are open: START_OF_PUSH is the first new record everywhere.
+        await writer.start_push(topic)
+        for n in range(20):
+            await writer.send(topic, b"in the push %d" % n, key=b"%d" % n)
+        await writer.end_push(topic)
+        await writer.close()
+
+        worker.restart(keep_data=True)
+        await worker.wait_ready()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+        assert worker.alive and worker.problems() == []
+        expected = await oracle(bootstrap, topic)
+        assert incident_differences(expected, await read_incidents(bootstrap, app_id)) == []
     finally:
         worker.terminate()
