@@ -97,6 +97,7 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
+from app.demo import ensure_topic  # noqa: E402
 from app.devbroker import DevBroker  # noqa: E402
 from app.kafka_compat import detect_tansu, end_offsets  # noqa: E402
 from app.writer import DivWriter  # noqa: E402
@@ -114,18 +115,6 @@ class BenchError(RuntimeError):
 
 
 # -- the topic --------------------------------------------------------------------------------
-
-
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-bench-admin")
-    await admin.start()
-    try:
-        response = await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-        for name, error_code, *rest in response.topic_errors:
-            if error_code:
-                raise BenchError(f"cannot create topic {name}: error {error_code} {rest}")
-    finally:
-        await admin.close()
 
 
 async def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
@@ -944,7 +933,7 @@ def report(run: WorkerRun, bare_rate: float, verbose: bool) -> None:
 async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: int | None) -> None:
     tansu = await detect_tansu(bootstrap)
     topic = f"kdiv-bench-{uuid.uuid4().hex[:8]}"
-    await create_topic(bootstrap, topic, args.partitions)
+    await ensure_topic(bootstrap, topic, args.partitions)
     produce_s = await produce(bootstrap, topic, args)
     ends = (await topic_sizes(bootstrap, {topic: args.partitions}, tansu))[topic]
     total = sum(ends.values())

@@ -172,12 +172,18 @@ def test_crash_at_any_write_changes_no_incident_and_no_state(records, in_push, u
     assert state == expected_state
 
 
-def test_a_replayed_record_is_skipped_not_reported_duplicate():
-    stamper = DivStamper(uuid.UUID(int=7).bytes, checksum_type=ChecksumType.ADHASH)
+def _two_records_of_a_new_producer(producer: int) -> tuple[list[ConsumedRecord], LiveValidation]:
+    """START_OF_SEGMENT and two data records of one producer, and a live validation with no state."""
+    stamper = DivStamper(uuid.UUID(int=producer).bytes, checksum_type=ChecksumType.ADHASH)
     out = stamper.data(TOPIC, 0, b"k", b"v", NOW) + stamper.data(TOPIC, 0, b"k", b"w", NOW)
     records = [ConsumedRecord(TOPIC, 0, i, NOW, o.key, o.value, o.headers) for i, o in enumerate(out)]
     live = LiveValidation(DataIntegrityValidator())
     live.load(TOPIC, 0, [])
+    return records, live
+
+
+def test_a_replayed_record_is_skipped_not_reported_duplicate():
+    records, live = _two_records_of_a_new_producer(7)
     assert [live.process(r, NOW).verdict.value for r in records] == ["OK", "OK", "OK"]
     saved = dict(live.take_writes(TOPIC, 0).in_order())
     assert partition_key(TOPIC, 0) in saved
@@ -192,11 +198,7 @@ def test_a_replayed_record_is_skipped_not_reported_duplicate():
 
 
 def test_producer_state_lost_after_partition_state_is_brought_forward_without_recounting():
-    stamper = DivStamper(uuid.UUID(int=8).bytes, checksum_type=ChecksumType.ADHASH)
-    out = stamper.data(TOPIC, 0, b"k", b"v", NOW) + stamper.data(TOPIC, 0, b"k", b"w", NOW)
-    records = [ConsumedRecord(TOPIC, 0, i, NOW, o.key, o.value, o.headers) for i, o in enumerate(out)]
-    live = LiveValidation(DataIntegrityValidator())
-    live.load(TOPIC, 0, [])
+    records, live = _two_records_of_a_new_producer(8)
     for r in records:
         live.process(r, NOW)
     writes = live.take_writes(TOPIC, 0).in_order()
@@ -244,11 +246,7 @@ def test_a_replay_is_judged_in_the_phase_it_was_first_judged_in():
 def test_loaded_state_is_written_again_with_the_first_unit():
     """A kept local store may be ahead of the changelog; the first unit after a load sends
     every loaded key again, so the changelog catches up even if every replay is skipped."""
-    stamper = DivStamper(uuid.UUID(int=9).bytes, checksum_type=ChecksumType.ADHASH)
-    out = stamper.data(TOPIC, 0, b"k", b"v", NOW) + stamper.data(TOPIC, 0, b"k", b"w", NOW)
-    records = [ConsumedRecord(TOPIC, 0, i, NOW, o.key, o.value, o.headers) for i, o in enumerate(out)]
-    live = LiveValidation(DataIntegrityValidator())
-    live.load(TOPIC, 0, [])
+    records, live = _two_records_of_a_new_producer(9)
     for r in records:
         live.process(r, NOW)
     saved = dict(live.take_writes(TOPIC, 0).in_order())
