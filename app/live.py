@@ -158,10 +158,6 @@ class LiveValidation:
         self._dirty.pop((topic, partition), None)
         self.validator.clear_partition(topic, partition)
 
-    def unload_all(self) -> None:
-        for topic, partition in list(self._loaded):
-            self.unload(topic, partition)
-
     @property
     def loaded(self) -> frozenset[tuple[str, int]]:
         return frozenset(self._loaded)
@@ -201,9 +197,6 @@ class LiveValidation:
             # Counted in the partition state only: the unit still has something to write.
             dirty.add(b"")
         return result
-
-    def has_pending(self, topic: str, partition: int) -> bool:
-        return bool(self._dirty.get((topic, partition)))
 
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:
         """The writes that save everything validated since the last call, or None."""

@@ -20,7 +20,7 @@ import logging
 import weakref
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import faust
@@ -80,12 +80,9 @@ def writing_for(event: EventT):
 @dataclass
 class WorkerStats:
     batches: int = 0
-    records: int = 0
     incidents_sent: int = 0
     state_writes: int = 0
-    incidents_read: int = 0
     bad_incident_records: int = 0
-    started_ms: int = field(default_factory=wall_clock_ms)
 
 
 class ValidationWorker:
@@ -196,7 +193,6 @@ class ValidationWorker:
             await self._write_unit(tp, event, pending.pop(tp, []))
         self.runs.observe(observed)
         self.stats.batches += 1
-        self.stats.records += len(events)
 
     async def _write_unit(self, tp: tuple[str, int], event: EventT, incidents: list[Incident]) -> None:
         if incidents:
@@ -255,7 +251,6 @@ class ValidationWorker:
             log.error("unreadable incident at %s[%d]@%d: %s", record.topic, record.partition, record.offset, bad)
             return
         self.recent.add(record.key, incident)
-        self.stats.incidents_read += 1
 
 
 def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, ValidationWorker]:

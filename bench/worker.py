@@ -490,7 +490,6 @@ def _variant_app(variant: str):
     if base == "noop":
         async def process_batch(events) -> None:
             worker.stats.batches += 1
-            worker.stats.records += len(events)
 
         worker.process_batch = process_batch
     elif base == "nowrites":
