@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .div.codec import StateDecodeError, decode_partition, decode_segment, encode_partition, encode_segment
+from .div.codec import StateDecodeError
 from .div.record import ConsumedRecord
 from .div.segment import Segment
 from .div.validator import DataIntegrityValidator, PartitionValidation, ValidationResult
 from .div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, unpack_common
+from .registry.statevalues import StateValues
 
 PARTITION_PREFIX = "p"
 PRODUCER_PREFIX = "s"
@@ -102,8 +103,10 @@ def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
 
 
 class LiveValidation:
-    def __init__(self, validator: DataIntegrityValidator) -> None:
+    def __init__(self, validator: DataIntegrityValidator, values: StateValues | None = None) -> None:
         self.validator = validator
+        # How state is written to and read from the table (Confluent-framed Avro).
+        self.values = values or StateValues.unregistered()
         self._loaded: set[tuple[str, int]] = set()
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
         self.load_errors: list[LoadError] = []
@@ -137,12 +140,16 @@ class LiveValidation:
             if tp not in wanted or value is None:
                 continue
             try:
-                if state_key.guid is None:
-                    parts[tp] = decode_partition(value)
-                else:
-                    producers[tp][state_key.guid] = decode_segment(value)
+                state = self.values.decode(value)
             except StateDecodeError as bad:
                 self.load_errors.append(LoadError(key, str(bad)))
+                continue
+            if (state_key.guid is None) != isinstance(state, PartitionValidation):
+                self.load_errors.append(LoadError(key, f"holds a {type(state).__name__}, not what its key names"))
+            elif state_key.guid is None:
+                parts[tp] = state
+            else:
+                producers[tp][state_key.guid] = state
         for tp in wanted:
             part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
             self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
@@ -206,11 +213,11 @@ class LiveValidation:
             return None
         checkpoint = self.validator.checkpoint(topic, partition)
         part = self.validator.partitions[tp]
-        writes = StateWrites(topic, partition, encode_partition(part))
+        writes = StateWrites(topic, partition, self.values.encode(part))
         for guid in sorted(dirty):
             segment = checkpoint.upserts.get(guid)
             if segment is not None:
-                writes.producers.append((producer_key(topic, partition, guid), encode_segment(segment)))
+                writes.producers.append((producer_key(topic, partition, guid), self.values.encode(segment)))
         for guid in checkpoint.expired:
             writes.producers.append((producer_key(topic, partition, guid), None))
         dirty.clear()

@@ -31,6 +31,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from app.consume import _standalone_consumer, read_snapshot, topic_partitions
 from app.demo import FAULTS, FaultyPipeline
 from app.div.codec import decode_partition, decode_segment
+from app.registry.framing import unframe
 from app.div.segment import Segment
 from app.div.validator import DataIntegrityValidator, PartitionValidation
 from app.incidents import Incident, incident_for
@@ -366,9 +367,9 @@ def saved_state(table: dict[bytes, bytes]) -> tuple[dict[tuple[str, int], Partit
     for key, value in table.items():
         state_key = parse_key(key)
         if state_key.guid is None:
-            parts[(state_key.topic, state_key.partition)] = decode_partition(value)
+            parts[(state_key.topic, state_key.partition)] = decode_partition(unframe(value)[1])
         else:
-            producers[(state_key.topic, state_key.partition, state_key.guid)] = decode_segment(value)
+            producers[(state_key.topic, state_key.partition, state_key.guid)] = decode_segment(unframe(value)[1])
     return parts, producers
 
 

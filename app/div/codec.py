@@ -1,17 +1,18 @@
-"""Versioned Avro encoding of validator state: one producer's segment state (Venice's
+"""Avro encoding of validator state: one producer's segment state (Venice's
 ProducerPartitionState) and one partition's push phase and counters.
 
 Unlike Venice's checkpoint, which drops `newSegment` and reopens a finalised checksum, the
 encoding is lossless: a tracker restored from it behaves exactly as the one that was saved,
 so a restarted worker neither raises a false alarm nor misses a fault.
 
-A value is one version byte followed by the schemaless Avro body of that version; old
-versions are read through Avro schema resolution into the current one.
+A value is the schemaless Avro body of `STATE_SCHEMA`; framing it with a registered
+schema id (Confluent's wire format) is `app.registry.state`'s job.
 """
 
 from __future__ import annotations
 
 import io
+import json
 
 import fastavro
 
@@ -20,51 +21,50 @@ from .segment import Segment
 from .validator import PartitionValidation
 from .wire import ChecksumType
 
-PRODUCER_STATE_V1 = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "ProducerPartitionState",
-        "namespace": "kdiv.state",
-        "fields": [
-            {"name": "segmentNumber", "type": "long"},
-            {"name": "sequenceNumber", "type": "long"},
-            {"name": "checksumType", "type": "int"},
-            # ADHASH running sum as a signed 64-bit long (two's complement of the unsigned sum).
-            {"name": "checksum", "type": ["null", "long"], "default": None},
-            {"name": "checksumFinalized", "type": "boolean", "default": False},
-            {"name": "registered", "type": "boolean", "default": False},
-            {"name": "started", "type": "boolean", "default": False},
-            {"name": "ended", "type": "boolean", "default": False},
-            {"name": "finalSegment", "type": "boolean", "default": False},
-            {"name": "newSegment", "type": "boolean", "default": False},
-            {"name": "lastOffset", "type": "long", "default": -1},
-            {"name": "lastProducerTimestamp", "type": "long", "default": -1},
-        ],
-    }
-)
+_PRODUCER_STATE = {
+    "type": "record",
+    "name": "ProducerPartitionState",
+    "namespace": "kdiv.state",
+    "fields": [
+        {"name": "segmentNumber", "type": "long"},
+        {"name": "sequenceNumber", "type": "long"},
+        {"name": "checksumType", "type": "int"},
+        # ADHASH running sum as a signed 64-bit long (two's complement of the unsigned sum).
+        {"name": "checksum", "type": ["null", "long"], "default": None},
+        {"name": "checksumFinalized", "type": "boolean", "default": False},
+        {"name": "registered", "type": "boolean", "default": False},
+        {"name": "started", "type": "boolean", "default": False},
+        {"name": "ended", "type": "boolean", "default": False},
+        {"name": "finalSegment", "type": "boolean", "default": False},
+        {"name": "newSegment", "type": "boolean", "default": False},
+        {"name": "lastOffset", "type": "long", "default": -1},
+        {"name": "lastProducerTimestamp", "type": "long", "default": -1},
+    ],
+}
 
-PARTITION_STATE_V1 = fastavro.parse_schema(
-    {
-        "type": "record",
-        "name": "PartitionState",
-        "namespace": "kdiv.state",
-        "fields": [
-            {"name": "inPush", "type": "boolean"},
-            {"name": "pushFailed", "type": "boolean", "default": False},
-            {"name": "lastOffset", "type": "long", "default": -1},
-            {"name": "records", "type": "long", "default": 0},
-            # Verdict name -> count, for verdicts other than OK.
-            {"name": "verdictCounts", "type": {"type": "map", "values": "long"}, "default": {}},
-            {"name": "checkpointAnchorMs", "type": "long", "default": -1},
-        ],
-    }
-)
+_PARTITION_STATE = {
+    "type": "record",
+    "name": "PartitionState",
+    "namespace": "kdiv.state",
+    "fields": [
+        {"name": "inPush", "type": "boolean"},
+        {"name": "pushFailed", "type": "boolean", "default": False},
+        {"name": "lastOffset", "type": "long", "default": -1},
+        {"name": "records", "type": "long", "default": 0},
+        # Verdict name -> count, for verdicts other than OK.
+        {"name": "verdictCounts", "type": {"type": "map", "values": "long"}, "default": {}},
+        {"name": "checkpointAnchorMs", "type": "long", "default": -1},
+    ],
+}
 
-CURRENT_VERSION = 1
-_SCHEMAS = {1: PRODUCER_STATE_V1}
-_CURRENT = _SCHEMAS[CURRENT_VERSION]
-_PARTITION_SCHEMAS = {1: PARTITION_STATE_V1}
-_PARTITION_CURRENT = _PARTITION_SCHEMAS[CURRENT_VERSION]
+# Table values of both kinds share one changelog topic, hence one Schema Registry subject:
+# the registered schema is the union of the two records (TopicNameStrategy allows a
+# top-level union). Evolve it by adding fields with defaults; values written with an
+# older registered version are read through Avro schema resolution into this one.
+STATE_SCHEMA_JSON = json.dumps([_PARTITION_STATE, _PRODUCER_STATE], separators=(",", ":"))
+STATE_SCHEMA = fastavro.parse_schema([_PARTITION_STATE, _PRODUCER_STATE])
+PARTITION_STATE_NAME = "kdiv.state.PartitionState"
+PRODUCER_STATE_NAME = "kdiv.state.ProducerPartitionState"
 _SIGN = 1 << 63
 _WRAP = 1 << 64
 
@@ -73,24 +73,41 @@ class StateDecodeError(ValueError):
     pass
 
 
-def _write(schema, fields: dict) -> bytes:
+def _write(name: str, fields: dict) -> bytes:
     out = io.BytesIO()
-    out.write(bytes((CURRENT_VERSION,)))
-    fastavro.schemaless_writer(out, schema, fields)
+    fastavro.schemaless_writer(out, STATE_SCHEMA, (name, fields))
     return out.getvalue()
 
 
-def _read(raw: bytes, schemas: dict, current, what: str) -> dict:
-    if not raw:
-        raise StateDecodeError(f"empty {what}")
-    version = raw[0]
-    writer_schema = schemas.get(version)
-    if writer_schema is None:
-        raise StateDecodeError(f"{what} version {version} is unknown (known: {sorted(schemas)})")
+def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | PartitionValidation:
+    """A producer's Segment or a partition's PartitionValidation from an Avro body."""
+    if not body:
+        raise StateDecodeError("empty state value")
     try:
-        return fastavro.schemaless_reader(io.BytesIO(raw[1:]), writer_schema, current)
+        name, fields = fastavro.schemaless_reader(
+            io.BytesIO(body), writer_schema, STATE_SCHEMA, return_record_name=True
+        )
     except Exception as bad:  # fastavro raises several types for truncated or garbled bodies
-        raise StateDecodeError(f"{what} v{version} does not decode: {bad}") from bad
+        raise StateDecodeError(f"state value does not decode: {bad!r}") from bad
+    if name == PRODUCER_STATE_NAME:
+        return _segment_of(fields)
+    if name == PARTITION_STATE_NAME:
+        return _partition_of(fields)
+    raise StateDecodeError(f"state value is a {name}, neither partition nor producer state")
+
+
+def decode_segment(body: bytes, writer_schema=STATE_SCHEMA) -> Segment:
+    state = decode_state(body, writer_schema)
+    if not isinstance(state, Segment):
+        raise StateDecodeError("expected producer state, found partition state")
+    return state
+
+
+def decode_partition(body: bytes, writer_schema=STATE_SCHEMA) -> PartitionValidation:
+    state = decode_state(body, writer_schema)
+    if not isinstance(state, PartitionValidation):
+        raise StateDecodeError("expected partition state, found producer state")
+    return state
 
 
 def encode_segment(segment: Segment) -> bytes:
@@ -98,7 +115,7 @@ def encode_segment(segment: Segment) -> bytes:
     if checksum is not None and checksum >= _SIGN:
         checksum -= _WRAP
     return _write(
-        _CURRENT,
+        PRODUCER_STATE_NAME,
         {
             "segmentNumber": segment.segment_number,
             "sequenceNumber": segment.sequence_number,
@@ -116,8 +133,7 @@ def encode_segment(segment: Segment) -> bytes:
     )
 
 
-def decode_segment(raw: bytes) -> Segment:
-    fields = _read(raw, _SCHEMAS, _CURRENT, "producer state")
+def _segment_of(fields: dict) -> Segment:
     try:
         ctype = ChecksumType(fields["checksumType"])
     except ValueError as bad:
@@ -139,7 +155,7 @@ def decode_segment(raw: bytes) -> Segment:
 def encode_partition(state: PartitionValidation) -> bytes:
     """The partition's phase and counters; its producers are saved one key each."""
     return _write(
-        _PARTITION_CURRENT,
+        PARTITION_STATE_NAME,
         {
             "inPush": state.in_push,
             "pushFailed": state.push_failed,
@@ -151,9 +167,8 @@ def encode_partition(state: PartitionValidation) -> bytes:
     )
 
 
-def decode_partition(raw: bytes) -> PartitionValidation:
+def _partition_of(fields: dict) -> PartitionValidation:
     """A PartitionValidation with an empty tracker: restore its producers with decode_segment."""
-    fields = _read(raw, _PARTITION_SCHEMAS, _PARTITION_CURRENT, "partition state")
     try:
         counts = {Verdict(name): n for name, n in fields["verdictCounts"].items()}
     except ValueError as bad:

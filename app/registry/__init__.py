@@ -1,0 +1,1 @@
+"""Schema Registry: Confluent's wire format, the client kdiv uses, and a development registry."""
