@@ -23,6 +23,7 @@ from app.devbroker import DevBroker
 from app.kafka_compat import detect_tansu
 
 BOOTSTRAP_ENV = "KDIV_BOOTSTRAP"
+REGISTRY_ENV = "KDIV_SCHEMA_REGISTRY_URL"
 _TOPIC_READY_TIMEOUT_S = 10.0
 
 T = TypeVar("T")
@@ -63,6 +64,19 @@ def bootstrap() -> Iterator[str]:
     else:
         with DevBroker(port=0) as broker:
             yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def registry_url(bootstrap: str) -> Iterator[str]:
+    """A Schema Registry: $KDIV_SCHEMA_REGISTRY_URL, else kdiv's development registry."""
+    configured = os.environ.get(REGISTRY_ENV)
+    if configured:
+        yield configured
+    else:
+        from tests.registryproc import DevRegistryProcess
+
+        with DevRegistryProcess(bootstrap) as registry:
+            yield registry.url
 
 
 @pytest.fixture(scope="session")
