@@ -28,6 +28,17 @@ def bootstrap_option(command):
     )(command)
 
 
+def kafka_security():
+    """TLS / SASL settings from the worker's KDIV_* variables (README, "Production")."""
+    from .security import KafkaSecurity
+    from .settings import SettingsError
+
+    try:
+        return KafkaSecurity.from_env(os.environ)
+    except SettingsError as bad:
+        raise click.ClickException(str(bad)) from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kdiv")
 def main() -> None:
@@ -107,7 +118,7 @@ def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> Non
     """Write TOPIC, from its start to its end when the command starts, as JSON Lines for `kdiv check`."""
     from .dump import dump_topic
 
-    count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None))
+    count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None, security=kafka_security()))
     click.echo(f"kdiv dump: {count} records from {topic}", err=True)
 
 
@@ -126,9 +137,10 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
     from .jsonl import result_to_line
 
     validator = DataIntegrityValidator(start_in_push=phase == "push")
+    security = kafka_security()
 
     async def run() -> None:
-        async for record in follow(bootstrap, topic, from_beginning=not from_end):
+        async for record in follow(bootstrap, topic, from_beginning=not from_end, security=security):
             result = validator.validate(record, time.time_ns() // 1_000_000)
             if result.verdict.is_fault:
                 click.echo(result_to_line(result))
@@ -149,7 +161,11 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
 @click.option("--fault-every", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
               help="Seconds between injected faults (loss, duplicate, corruption, reordering, unregistered, push failure).")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever).")
-def demo(bootstrap: str, topic: str, partitions: int, rate: float, fault_every: float, duration: float) -> None:
+@click.option("--replication-factor", envvar="KDIV_REPLICATION_FACTOR", type=click.IntRange(min=1), default=1,
+              show_default=True, help="Replication of the topic if it is created (env KDIV_REPLICATION_FACTOR).")
+def demo(
+    bootstrap: str, topic: str, partitions: int, rate: float, fault_every: float, duration: float, replication_factor: int
+) -> None:
     """Write a stamped topic and inject every fault class on a schedule."""
     import logging
 
@@ -157,7 +173,9 @@ def demo(bootstrap: str, topic: str, partitions: int, rate: float, fault_every: 
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        asyncio.run(run_demo(bootstrap, topic, partitions, rate, fault_every, duration))
+        asyncio.run(
+            run_demo(bootstrap, topic, partitions, rate, fault_every, duration, kafka_security(), replication_factor)
+        )
     except KeyboardInterrupt:
         pass
 
@@ -173,6 +191,24 @@ def broker(host: str, port: int) -> None:
         DevBroker(host=host, port=port, log_level=os.environ.get("RUST_LOG", "warn")).run_forever()
     except BrokerError as failed:
         raise click.ClickException(str(failed)) from None
+
+
+@main.command()
+@bootstrap_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="Port.")
+@click.option("--topic", default="_schemas", show_default=True, help="The registry's log topic (Confluent's format).")
+def registry(bootstrap: str, host: str, port: int, topic: str) -> None:
+    """Run the development Schema Registry (Confluent REST subset, Avro) until interrupted."""
+    import logging
+
+    from .registry.devserver import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(bootstrap, host, port, topic))
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -34,22 +34,36 @@ class Incident:
     detail: str
     record_timestamp_ms: int
     detected_at_ms: int
+    # Schema incidents (SCHEMA_UNKNOWN, SUBJECT_MISMATCH) are identified by schema id and
+    # field ("key"/"value") instead of producer and sequence.
+    schema_id: int | None = None
+    message_field: str | None = None
+    expected_subject: str | None = None
+    registered_subjects: tuple[str, ...] | None = None
+    resolved_at_ms: int | None = None
 
     @property
-    def identity(self) -> tuple[str, int, str, int, int, str]:
+    def identity(self) -> tuple:
+        if self.schema_id is not None:
+            return (self.topic, self.partition, self.message_field, self.schema_id, self.verdict)
         return (self.topic, self.partition, self.producer, self.segment, self.seq, self.verdict)
 
     @property
     def key(self) -> bytes:
-        topic, partition, producer, segment, seq, verdict = self.identity
-        return json.dumps(
-            {"topic": topic, "partition": partition, "producer": producer, "segment": segment, "seq": seq,
-             "class": verdict},
-            separators=(",", ":"),
-        ).encode()
+        if self.schema_id is not None:
+            fields = {"topic": self.topic, "partition": self.partition, "field": self.message_field,
+                      "schema_id": self.schema_id, "class": self.verdict}
+        else:
+            fields = {"topic": self.topic, "partition": self.partition, "producer": self.producer,
+                      "segment": self.segment, "seq": self.seq, "class": self.verdict}
+        return json.dumps(fields, separators=(",", ":")).encode()
 
     def to_json(self) -> dict:
-        return asdict(self)
+        fields = asdict(self)
+        if self.schema_id is None:  # DIV incidents keep their original shape
+            for name in ("schema_id", "message_field", "expected_subject", "registered_subjects", "resolved_at_ms"):
+                del fields[name]
+        return fields
 
     @property
     def value(self) -> bytes:
@@ -57,7 +71,22 @@ class Incident:
 
     @classmethod
     def from_value(cls, value: bytes) -> Incident:
-        return cls(**json.loads(value))
+        fields = json.loads(value)
+        if fields.get("registered_subjects") is not None:
+            fields["registered_subjects"] = tuple(fields["registered_subjects"])
+        return cls(**fields)
+
+
+def schema_incident(topic: str, partition: int, offset: int, message_field: str, schema_id: int, verdict: str,
+                    expected_subject: str | None, registered: tuple[str, ...], detail: str, record_timestamp_ms: int,
+                    detected_at_ms: int, resolved_at_ms: int | None = None) -> Incident:
+    """A record (or state value) whose schema id is unknown or under the wrong subject."""
+    return Incident(
+        topic=topic, partition=partition, producer=NO_PRODUCER, segment=-1, seq=-1, verdict=verdict, offset=offset,
+        severity="warning", detail=detail, record_timestamp_ms=record_timestamp_ms, detected_at_ms=detected_at_ms,
+        schema_id=schema_id, message_field=message_field, expected_subject=expected_subject,
+        registered_subjects=registered, resolved_at_ms=resolved_at_ms,
+    )
 
 
 def incident_for(result: ValidationResult, detected_at_ms: int) -> Incident | None:

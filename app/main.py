@@ -1,7 +1,8 @@
 """The worker entry point: ``faust -A app.main worker`` (settings: ``KDIV_*``, see README).
 
 Importing this module reads the settings and the cluster (watched topics and their
-partition counts decide the state tables), then builds the Faust app.
+partition counts decide the state tables), registers the state schema under each table's
+changelog subject, then builds the Faust app.
 """
 
 from __future__ import annotations
@@ -9,9 +10,21 @@ from __future__ import annotations
 import os
 
 from .discovery import discover, run_in_own_loop
+from .registry.client import SchemaRegistry
 from .settings import Settings
-from .worker import build_app
+from .statecheck import register_state_schema
+from .worker import build_app, changelog_topic_name
+
+
+async def _register(settings: Settings, partition_counts) -> int:
+    registry = SchemaRegistry(settings.registry)
+    try:
+        return await register_state_schema(registry, [changelog_topic_name(settings.app_id, n) for n in partition_counts])
+    finally:
+        await registry.close()
+
 
 settings = Settings.from_env(os.environ)
 cluster = run_in_own_loop(discover(settings))
-app, worker = build_app(settings, cluster)
+state_schema_id = run_in_own_loop(_register(settings, sorted(cluster.partition_counts)))
+app, worker = build_app(settings, cluster, state_schema_id)

@@ -5,18 +5,54 @@ Every bad value is reported with the variable's name; nothing falls back silentl
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .security import KafkaSecurity
 
 PREFIX = "KDIV_"
 GUARANTEES = ("at_least_once", "exactly_once")
 PHASES = ("stream", "push")
+STRATEGIES = ("topic", "record", "topic_record")
 
 
 class SettingsError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """How to reach the Schema Registry (KDIV_SCHEMA_REGISTRY_*)."""
+
+    url: str = "http://127.0.0.1:8081"
+    basic_auth: str = field(default="", repr=False)  # user:password
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    timeout_s: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RegistrySettings:
+        env = _Env(environ)
+        url = env.str("SCHEMA_REGISTRY_URL", cls.url)
+        if not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
+            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} is not an http(s):// URL (or a comma-separated list)")
+        basic_auth = env.str("SCHEMA_REGISTRY_BASIC_AUTH", "")
+        if basic_auth and ":" not in basic_auth:
+            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_BASIC_AUTH must be USER:PASSWORD")
+        ca, cert, key = (env.file(f"SCHEMA_REGISTRY_{name}") for name in ("CA", "CERT", "KEY"))
+        if bool(cert) != bool(key):
+            raise SettingsError(
+                f"{PREFIX}SCHEMA_REGISTRY_CERT and {PREFIX}SCHEMA_REGISTRY_KEY go together (a client certificate and its key)"
+            )
+        if (ca or cert) and not url.startswith("https://"):
+            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_CA/CERT are set but {PREFIX}SCHEMA_REGISTRY_URL={url} is not https://")
+        return cls(url, basic_auth, ca, cert, key, env.float("SCHEMA_REGISTRY_TIMEOUT_S", cls.timeout_s))
 
 
 @dataclass(frozen=True)
@@ -30,6 +66,9 @@ class Settings:
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     web_enabled: bool = True
+    # Bearer token every web view but /health and /metrics requires ("": none, loopback only).
+    web_token: str = field(default="", repr=False)
+    web_allow_unauthenticated: bool = False
     processing_guarantee: str = "at_least_once"
     # topic -> min.compaction.lag.ms; "*" applies to every topic not named. A topic in
     # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
@@ -47,6 +86,18 @@ class Settings:
     batch_within_s: float = 0.1
     commit_interval_s: float = 1.0
     recent_incidents: int = 10_000
+    kafka_security: KafkaSecurity = field(default_factory=lambda: _plaintext())
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    # Watched topics whose values carry Confluent's framing, checked against the registry
+    # ("*": every watched topic), and the subject name strategy per topic ("*": default).
+    schema_topics: tuple[str, ...] = ()
+    subject_strategies: Mapping[str, str] = field(default_factory=dict)
+    schema_check_keys: bool = False
+    # Register kdiv's state schema under its changelog subject when a restore finds it
+    # missing there (what ksqlDB's operators did by hand after KAFKA-10179); off: report only.
+    schema_auto_repair: bool = False
+    # How often open subject findings of the state are looked at again (a repair clears them).
+    schema_recheck_s: float = 30.0
 
     @property
     def incidents(self) -> str:
@@ -76,6 +127,8 @@ class Settings:
             web_host=env.str("WEB_HOST", cls.web_host),
             web_port=env.int("WEB_PORT", cls.web_port, minimum=0),
             web_enabled=env.bool("WEB_ENABLED", cls.web_enabled),
+            web_token=env.web_token("WEB_TOKEN"),
+            web_allow_unauthenticated=env.bool("WEB_ALLOW_UNAUTHENTICATED", False),
             processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
             compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
             max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),
@@ -89,13 +142,32 @@ class Settings:
             batch_within_s=env.float("BATCH_WITHIN_S", cls.batch_within_s),
             commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
             recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
+            kafka_security=_security_from_env(environ),
+            registry=RegistrySettings.from_env(environ),
+            schema_topics=tuple(t.strip() for t in env.str("SCHEMA_TOPICS", "").split(",") if t.strip()),
+            subject_strategies=env.mapping("SUBJECT_STRATEGY", lambda v: v if v in STRATEGIES else None, "topic, record or topic_record"),
+            schema_check_keys=env.bool("SCHEMA_CHECK_KEYS", False),
+            schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
+            schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
         )
         if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
             raise SettingsError(
                 f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "
                 f"{PREFIX}SESSION_TIMEOUT_S={settings.session_timeout_s}"
             )
+        if (settings.web_enabled and not settings.web_token and not settings.web_allow_unauthenticated
+                and not is_loopback(settings.web_host)):
+            raise SettingsError(
+                f"{PREFIX}WEB_HOST={settings.web_host} is reachable from other hosts, but {PREFIX}WEB_TOKEN is "
+                f"not set: set a token, bind to 127.0.0.1, or set {PREFIX}WEB_ALLOW_UNAUTHENTICATED=true"
+            )
         return settings
+
+    def checks_schemas_of(self, topic: str) -> bool:
+        return "*" in self.schema_topics or topic in self.schema_topics
+
+    def subject_strategy(self, topic: str) -> str:
+        return self.subject_strategies.get(topic) or self.subject_strategies.get("*") or "topic"
 
     def watches(self, topic: str) -> bool:
         """True for a watched topic (never one of kdiv's own topics)."""
@@ -105,6 +177,31 @@ class Settings:
         if self.topic_pattern is not None:
             return self.topic_pattern.fullmatch(topic) is not None
         return topic in self.topics
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to any interface
+        return False
+
+
+def _plaintext() -> KafkaSecurity:
+    from .security import PLAINTEXT  # app.security builds on this module
+
+    return PLAINTEXT
+
+
+def _security_from_env(environ: Mapping[str, str]) -> KafkaSecurity:
+    from .security import KafkaSecurity
+
+    return KafkaSecurity.from_env(environ)
+
+
+# What RFC 6750 allows in a bearer token; at least 16 characters, so it cannot be guessed.
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]{16,}=*")
 
 
 class _Env:
@@ -149,11 +246,41 @@ class _Env:
             return False
         raise SettingsError(f"{PREFIX}{name}={raw!r} is not a boolean (true/false)")
 
+    def web_token(self, name: str) -> str:
+        token = self.str(name, "")
+        if token and not _TOKEN.fullmatch(token):
+            raise SettingsError(
+                f"{PREFIX}{name} must be at least 16 characters of A-Z a-z 0-9 - . _ ~ + / (e.g. `openssl rand -hex 32`)"
+            )
+        return token
+
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
         value = self.str(name, default)
         if value not in choices:
             raise SettingsError(f"{PREFIX}{name}={value!r} is not one of {', '.join(choices)}")
         return value
+
+    def file(self, name: str) -> Path | None:
+        raw = self.str(name, "")
+        if not raw:
+            return None
+        path = Path(raw)
+        if not path.is_file():
+            raise SettingsError(f"{PREFIX}{name}={raw}: no such file")
+        return path
+
+    def mapping(self, name: str, parse, expected: str) -> dict[str, object]:
+        """ "orders=record,*=topic" or a bare value for every topic."""
+        found: dict[str, object] = {}
+        for item in (part.strip() for part in self.str(name, "").split(",")):
+            if not item:
+                continue
+            topic, sep, raw = item.rpartition("=")
+            value = parse(raw.strip())
+            if value is None:
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is not TOPIC=VALUE or VALUE with VALUE {expected}")
+            found[topic.strip() if sep else "*"] = value
+        return found
 
     def compaction_lags(self, name: str) -> dict[str, int]:
         """ "orders=3600000,*=0" or a bare number for every topic."""

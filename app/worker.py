@@ -32,10 +32,16 @@ from .clock import wall_clock_ms
 from .discovery import ClusterView
 from .div.record import ConsumedRecord
 from .div.validator import DataIntegrityValidator, TopicPolicy
-from .incidents import FaultRunLog, Incident, RecentIncidents, incident_for
+from .incidents import FaultRunLog, Incident, RecentIncidents, incident_for, schema_incident
 from .kafka_compat import enable_tansu_producer_ids
 from .live import LiveValidation
+from .registry.client import SchemaRegistry, expected_subject
+from .registry.framing import schema_id_of
+from .registry.statevalues import StateValues
+from .registry.subjectcheck import UNCHECKED, SchemaLookups
+from .restore import RestoreListener, StateTable, changelog_partitions
 from .settings import Settings
+from .statecheck import LOCAL_STORE, StateFinding, StateSchemaCheck
 from .transport import broker_url
 from .views import register_views
 
@@ -44,6 +50,11 @@ log = logging.getLogger("kdiv.worker")
 
 def table_name(partitions: int) -> str:
     return f"state-p{partitions}"
+
+
+def changelog_topic_name(app_id: str, partitions: int) -> str:
+    """Faust's name for a table's changelog topic."""
+    return f"{app_id}-{table_name(partitions)}-changelog"
 
 
 def record_of_message(message) -> ConsumedRecord:
@@ -83,37 +94,150 @@ class WorkerStats:
     incidents_sent: int = 0
     state_writes: int = 0
     bad_incident_records: int = 0
+    schema_checked_records: int = 0
+    schema_unchecked_records: int = 0
 
 
 class ValidationWorker:
-    def __init__(self, app: faust.App, settings: Settings, cluster: ClusterView, clock=wall_clock_ms) -> None:
+    def __init__(self, app: faust.App, settings: Settings, cluster: ClusterView, state_schema_id: int,
+                 clock=wall_clock_ms) -> None:
         self.app = app
         self.settings = settings
         self.cluster = cluster
         self.clock = clock
         lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
+        self.values = StateValues(state_schema_id)
         self.live = LiveValidation(
             DataIntegrityValidator(
                 lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
                 start_in_push=settings.initial_phase == "push",
                 max_age_ms=settings.max_age_ms,
-            )
+            ),
+            self.values,
         )
-        self.tables = {
-            n: app.Table(
-                table_name(n),
-                partitions=n,
-                key_type=bytes,
-                value_type=bytes,
-                help=f"kdiv validator state of the watched topics with {n} partitions",
-            )
-            for n in cluster.partition_counts
-        }
+        self.lookups = SchemaLookups(
+            SchemaRegistry(settings.registry), clock=lambda: clock() / 1000, timeout_s=settings.registry.timeout_s
+        )
+        self.state_check = StateSchemaCheck(self.lookups, self.values, auto_repair=settings.schema_auto_repair)
+        self.restore = RestoreListener(clock)
+        self.tables = {n: self._state_table(n) for n in cluster.partition_counts}
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
         self.recent = RecentIncidents(settings.recent_incidents)
         self.runs = FaultRunLog(log)
         self.stats = WorkerStats()
         self.load_errors_seen = 0
+        self._schema_judged: set[tuple[str, int, str, int]] = set()
+        self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
+
+    def _state_table(self, partitions: int) -> StateTable:
+        changelog = changelog_topic_name(self.settings.app_id, partitions)
+        recovery = self.app.tables.recovery
+
+        async def on_changelog_event(event: EventT) -> None:
+            message = event.message
+            highwater = recovery.active_highwaters.get(message.tp)
+            self.restore.on_record(message.topic, message.partition, message.offset, message.value, highwater)
+
+        table = self.app.Table(
+            table_name(partitions),
+            partitions=partitions,
+            key_type=bytes,
+            value_type=bytes,
+            help=f"kdiv validator state of the watched topics with {partitions} partitions",
+            on_changelog_event=on_changelog_event,
+        )
+        if table.changelog_topic.get_topic_name() != changelog:
+            raise RuntimeError(f"table changelog is {table.changelog_topic.get_topic_name()}, expected {changelog}")
+        table.restore_listener = self.restore
+
+        @table.on_recover
+        async def after_restore() -> None:
+            await self.after_restore(table, changelog)
+
+        return table
+
+    # -- the state's schemas -----------------------------------------------------------------
+
+    async def after_restore(self, table: StateTable, changelog: str) -> None:
+        """Restore listener end, then the subject check of every schema id the state holds."""
+        recovery = self.app.tables.recovery
+        self.restore.on_end(changelog, changelog_partitions(recovery.actives_for_table.get(table, ()), changelog))
+        ids = self.restore.first_offsets(changelog)
+        for value in table.values():
+            schema_id = schema_id_of(value)
+            if schema_id is not None and schema_id not in ids:
+                # Held by the local store, not re-read from the changelog this time.
+                ids[schema_id] = (-1, LOCAL_STORE)
+        await self.state_check.learn_writer_schemas(ids)
+        await self._report_state_findings(await self.state_check.check(changelog, ids))
+
+    async def watch_state_schemas(self, recheck_s: float) -> None:
+        """Check ids standbys replicate, and look again at open findings (a repair clears them)."""
+        last_recheck = 0.0
+        while True:
+            await asyncio.sleep(1.0)
+            if self.restore.new_ids:
+                self.restore.new_ids = False
+                for n in self.tables:
+                    changelog = changelog_topic_name(self.settings.app_id, n)
+                    await self._report_state_findings(await self.state_check.check(changelog, self.restore.first_offsets(changelog)))
+            now = self.clock() / 1000
+            if self.state_check.open and now - last_recheck >= recheck_s:
+                last_recheck = now
+                await self._report_state_findings(await self.state_check.recheck())
+
+    async def _report_state_findings(self, findings: list[StateFinding]) -> None:
+        now = self.clock()
+        incidents = [
+            schema_incident(f.changelog, f.partition, f.first_offset, "value", f.schema_id, f.verdict, f.expected_subject,
+                            f.registered_subjects, f.detail, -1, now, resolved_at_ms=now if f.resolved else None)
+            for f in findings
+        ]
+        await self._send_incidents(incidents)
+
+    async def _send_incidents(self, incidents: list[Incident]) -> None:
+        if not incidents:
+            return
+        producer = self.app.producer
+        sent = [await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents]
+        await asyncio.gather(*sent)
+        self.stats.incidents_sent += len(incidents)
+
+    # -- watched topics' schemas -------------------------------------------------------------
+
+    async def _judge_schemas(self, framed: dict[tuple[str, int, str, int], list[int]],
+                             pending: dict[tuple[str, int], list[Incident]]) -> None:
+        """Incidents for framed records whose schema id is unknown or under another subject.
+
+        `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
+        One incident per identity per worker; a record the registry cannot be asked about
+        now is counted unchecked and its id is asked about again with the next batch.
+        """
+        now = self.clock()
+        for (topic, partition, message_field, schema_id), (offset, timestamp, records) in framed.items():
+            identity = (topic, partition, message_field, schema_id)
+            if identity in self._schema_judged:
+                continue
+            strategy = self.settings.subject_strategy(topic)
+            verdict = await self.lookups.verdict(schema_id, topic, strategy, is_key=message_field == "key")
+            if verdict == UNCHECKED:
+                self.stats.schema_unchecked_records += records
+                continue
+            self.stats.schema_checked_records += records
+            self._schema_judged.add(identity)
+            if verdict is None:
+                continue
+            info = await self.lookups.info(schema_id) if verdict != "SCHEMA_UNKNOWN" else None
+            registered = tuple(sorted(info.subjects)) if info else ()
+            expected = expected_subject(strategy, topic, is_key=message_field == "key",
+                                        record_name=info.record_name if info else None)
+            detail = (f"{message_field} schema id {schema_id} is unknown to the registry" if info is None else
+                      f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
+                      f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}")
+            pending.setdefault((topic, partition), []).append(
+                schema_incident(topic, partition, offset, message_field, schema_id, verdict, expected, registered,
+                                detail, timestamp, now)
+            )
 
     def lag(self, topic: str, partition: int) -> int | None:
         """Records between the last validated one and the partition's high watermark."""
@@ -170,9 +294,12 @@ class ValidationWorker:
         pending: dict[tuple[str, int], list[Incident]] = {}
         last_event: dict[tuple[str, int], EventT] = {}
         observed = []
+        framed: dict[tuple[str, int, str, int], list[int]] = {}
         for event in events:
             record = record_of_message(event.message)
             tp = (record.topic, record.partition)
+            if record.topic in self._schema_topics:
+                self._note_framing(record, framed)
             if not live.is_loaded(*tp):
                 self._load_assigned()
                 if not live.is_loaded(*tp):  # e.g. revoked meanwhile: its owner validates it
@@ -189,21 +316,29 @@ class ValidationWorker:
             observed.append((result, incident))
             if incident is not None:
                 pending.setdefault(tp, []).append(incident)
+        if framed:
+            await self._judge_schemas(framed, pending)
         for tp, event in last_event.items():
             await self._write_unit(tp, event, pending.pop(tp, []))
         self.runs.observe(observed)
         self.stats.batches += 1
 
+    def _note_framing(self, record: ConsumedRecord, framed: dict) -> None:
+        parts = (("value", record.value), ("key", record.key)) if self.settings.schema_check_keys else (("value", record.value),)
+        for message_field, raw in parts:
+            schema_id = schema_id_of(raw)
+            if schema_id is None:
+                continue
+            seen = framed.get((record.topic, record.partition, message_field, schema_id))
+            if seen is None:
+                framed[(record.topic, record.partition, message_field, schema_id)] = [record.offset, record.timestamp, 1]
+            else:
+                seen[2] += 1
+
     async def _write_unit(self, tp: tuple[str, int], event: EventT, incidents: list[Incident]) -> None:
-        if incidents:
-            producer = self.app.producer
-            sent = [
-                await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents
-            ]
-            # Acknowledged before the state that accounts for them is written: a crash
-            # between the two re-emits them under the same keys, never loses them.
-            await asyncio.gather(*sent)
-            self.stats.incidents_sent += len(incidents)
+        # Acknowledged before the state that accounts for them is written: a crash
+        # between the two re-emits them under the same keys, never loses them.
+        await self._send_incidents(incidents)
         writes = self.live.take_writes(*tp)
         if writes is None:
             return
@@ -221,14 +356,19 @@ class ValidationWorker:
 
     # -- incidents, for the views ------------------------------------------------------------
 
-    async def read_incidents(self) -> None:
-        """Follow the whole incidents topic, so every worker can show every incident."""
-        consumer = AIOKafkaConsumer(
+    def incidents_consumer(self) -> AIOKafkaConsumer:
+        """The consumer `read_incidents` follows the incidents topic with, not started."""
+        return AIOKafkaConsumer(
             bootstrap_servers=self.settings.bootstrap,
             client_id=f"{self.settings.app_id}-incidents-reader",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            **self.settings.kafka_security.aiokafka_kwargs(),
         )
+
+    async def read_incidents(self) -> None:
+        """Follow the whole incidents topic, so every worker can show every incident."""
+        consumer = self.incidents_consumer()
         await consumer.start()
         try:
             partitions = consumer.partitions_for_topic(self.settings.incidents) or {0}
@@ -253,7 +393,9 @@ class ValidationWorker:
         self.recent.add(record.key, incident)
 
 
-def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, ValidationWorker]:
+def build_app(settings: Settings, cluster: ClusterView, state_schema_id: int) -> tuple[faust.App, ValidationWorker]:
+    """The Faust app; `state_schema_id`: the state schema's id under the changelog subjects
+    (`app.statecheck.register_state_schema`)."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     if cluster.tansu:
         # Faust's producers under exactly_once need producer ids, which aiokafka cannot get
@@ -262,6 +404,8 @@ def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, Vali
     app = faust.App(
         settings.app_id,
         broker=broker_url(settings.bootstrap, tansu=cluster.tansu),
+        # Faust hands these to its consumer, producers and topic-creating client alike.
+        broker_credentials=settings.kafka_security.faust_credentials(),
         store="rocksdb://",
         datadir=str(settings.data_dir),
         processing_guarantee=settings.processing_guarantee,
@@ -279,11 +423,12 @@ def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, Vali
         web_host=settings.web_host,
         web_port=settings.web_port,
         autodiscover=False,
+        Table=StateTable,
     )
     # `faust worker` sets conf.web_enabled from its own --with-web flag (default on); the
     # boot strategy's choice wins over both, so KDIV_WEB_ENABLED means what it says.
     app.boot_strategy.enable_web = settings.web_enabled
-    worker = ValidationWorker(app, settings, cluster)
+    worker = ValidationWorker(app, settings, cluster, state_schema_id)
     source = app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes)
 
     @app.agent(source, name="validate")
@@ -304,5 +449,9 @@ def build_app(settings: Settings, cluster: ClusterView) -> tuple[faust.App, Vali
     @app.task
     async def follow_incidents():
         await worker.read_incidents()
+
+    @app.task
+    async def watch_state_schemas():
+        await worker.watch_state_schemas(settings.schema_recheck_s)
 
     return app, worker

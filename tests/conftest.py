@@ -79,6 +79,13 @@ def registry_url(bootstrap: str) -> Iterator[str]:
             yield registry.url
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _workers_use_the_session_registry(registry_url: str) -> None:
+    from tests import workerproc
+
+    workerproc.REGISTRY_URL = registry_url
+
+
 @pytest.fixture(scope="session")
 def broker_is_tansu(bootstrap: str) -> bool:
     return run_coroutine(detect_tansu(bootstrap))

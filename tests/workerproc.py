@@ -53,6 +53,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The Schema Registry workers use unless given one; conftest sets the session's.
+REGISTRY_URL: str | None = None
+
+
 class WorkerProcess:
     """One `faust -A app.main worker` subprocess; its log accumulates across restarts."""
 
@@ -102,6 +106,8 @@ class WorkerProcess:
             KDIV_SESSION_TIMEOUT_S=str(self.session_timeout_s),
             KDIV_HEARTBEAT_INTERVAL_S=str(self.heartbeat_interval_s),
         )
+        if REGISTRY_URL:
+            env["KDIV_SCHEMA_REGISTRY_URL"] = REGISTRY_URL
         if self.web_port:
             env.update(KDIV_WEB_ENABLED="true", KDIV_WEB_PORT=str(self.web_port), KDIV_WEB_HOST="127.0.0.1")
         else:
