@@ -211,5 +211,57 @@ def registry(bootstrap: str, host: str, port: int, topic: str) -> None:
         pass
 
 
+@main.group()
+def schemas() -> None:
+    """Schema Registry checks (registry settings: KDIV_SCHEMA_REGISTRY_*)."""
+
+
+@schemas.command("check")
+@click.argument("topic")
+@bootstrap_option
+@click.option("--strategy", type=click.Choice(["topic", "record", "topic_record"]), default="topic", show_default=True,
+              help="The subject name strategy the topic's deserializers use.")
+@click.option("--keys", is_flag=True, help="Check the keys' framing instead of the values'.")
+@click.option("--repair", is_flag=True, help="Register each mismatched schema under the expected subject.")
+def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair: bool) -> None:
+    """Check every schema id TOPIC's records carry is registered under its expected subject.
+
+    For a kdiv changelog (<app id>-state-p<N>-changelog) this is the post-restore check of
+    the worker, run by hand. Exit status: 0 all found where expected, 1 mismatches or
+    unknown ids remain, 2 the registry or the broker could not be read.
+    """
+    from .registry.client import RegistryError, SchemaRegistry
+    from .schemascan import check_topic, repair as repair_id
+    from .settings import RegistrySettings, SettingsError
+
+    async def run() -> int:
+        registry = SchemaRegistry(RegistrySettings.from_env(os.environ))
+        try:
+            verdicts = await check_topic(registry, bootstrap, topic, strategy, keys=keys)
+            for verdict in verdicts:
+                click.echo(verdict.line(topic))
+            wrong = [v for v in verdicts if v.verdict is not None]
+            if repair and wrong:
+                for verdict in wrong:
+                    if verdict.verdict == "SUBJECT_MISMATCH" and verdict.expected_subject:
+                        async for line in repair_id(registry, verdict):
+                            click.echo(line)
+                verdicts = await check_topic(registry, bootstrap, topic, strategy, keys=keys)
+                wrong = [v for v in verdicts if v.verdict is not None]
+            click.echo(f"{len(verdicts)} schema ids in {topic}: {len(wrong)} not where their readers look")
+            return 1 if wrong else 0
+        finally:
+            await registry.close()
+
+    try:
+        code = asyncio.run(run())
+    except SettingsError as bad:
+        raise click.ClickException(str(bad)) from None
+    except (RegistryError, LookupError) as failed:
+        click.echo(f"error: {failed}", err=True)
+        sys.exit(2)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
     main()

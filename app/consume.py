@@ -11,6 +11,7 @@ from aiokafka.structs import ConsumerRecord
 
 from .div.record import ConsumedRecord
 from .kafka_compat import detect_tansu, end_offsets
+from .security import PLAINTEXT, KafkaSecurity
 
 _STALL_TIMEOUT_S = 30.0
 
@@ -27,10 +28,19 @@ def to_consumed_record(message: ConsumerRecord) -> ConsumedRecord:
     )
 
 
+def standalone_consumer(bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **options) -> AIOKafkaConsumer:
+    """A consumer outside any group, committing nothing: it only reads. Not started."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **security.aiokafka_kwargs(), **options
+    )
+
+
 @asynccontextmanager
-async def _standalone_consumer(bootstrap: str, **options) -> AsyncIterator[AIOKafkaConsumer]:
-    """A started consumer outside any group, committing nothing: it only reads."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **options)
+async def _standalone_consumer(
+    bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **options
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started `standalone_consumer`, stopped on exit."""
+    consumer = standalone_consumer(bootstrap, security=security, **options)
     await consumer.start()
     try:
         yield consumer
@@ -52,13 +62,18 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str, only: Iterabl
 
 
 async def read_snapshot(
-    bootstrap: str, topic: str, partitions: Iterable[int] | None = None, **consumer_options
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    **consumer_options,
 ) -> AsyncIterator[ConsumedRecord]:
     """Every record of the topic from its start to its end as of the call; per-partition order.
 
     Ends are exact on every broker (kafka_compat), so nothing written before the call is missed.
     """
-    async with _standalone_consumer(bootstrap, **consumer_options) as consumer:
+    async with _standalone_consumer(bootstrap, security=security, **consumer_options) as consumer:
         tps = await topic_partitions(consumer, topic, partitions)
         ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
         starts = await consumer.beginning_offsets(tps)
@@ -87,9 +102,16 @@ async def read_snapshot(
                 raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {', '.join(stuck)}")
 
 
-async def follow(bootstrap: str, topic: str, *, from_beginning: bool = True, **consumer_options) -> AsyncIterator[ConsumedRecord]:
+async def follow(
+    bootstrap: str,
+    topic: str,
+    *,
+    from_beginning: bool = True,
+    security: KafkaSecurity = PLAINTEXT,
+    **consumer_options,
+) -> AsyncIterator[ConsumedRecord]:
     """Every record of every partition of the topic, live, until cancelled."""
-    async with _standalone_consumer(bootstrap, **consumer_options) as consumer:
+    async with _standalone_consumer(bootstrap, security=security, **consumer_options) as consumer:
         tps = await topic_partitions(consumer, topic)
         consumer.assign(tps)
         if from_beginning:

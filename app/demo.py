@@ -20,6 +20,7 @@ from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from .div.stamper import OutgoingRecord
 from .div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
+from .security import PLAINTEXT, KafkaSecurity
 from .writer import DivWriter
 
 log = logging.getLogger("kdiv.demo")
@@ -30,11 +31,20 @@ FAULTS = (
 )
 
 
-async def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-demo")
+def admin_client(bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> AIOKafkaAdminClient:
+    """The demo's admin client, not started."""
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-demo", **security.aiokafka_kwargs())
+
+
+async def ensure_topic(
+    bootstrap: str, topic: str, partitions: int, security: KafkaSecurity = PLAINTEXT, replication_factor: int = 1
+) -> None:
+    admin = admin_client(bootstrap, security)
     await admin.start()
     try:
-        response = await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        response = await admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)]
+        )
         for name, code, *rest in response.topic_errors:
             if code and for_code(code) is not TopicAlreadyExistsError:
                 raise for_code(code)(f"creating demo topic {name}: {rest[0] if rest else ''}")
@@ -113,9 +123,18 @@ class FaultyPipeline:
         log.warning("injected %s on %s/%d", fault, self.topic, partition)
 
 
-async def run_demo(bootstrap: str, topic: str, partitions: int, rate: float, fault_every_s: float, duration_s: float) -> None:
-    await ensure_topic(bootstrap, topic, partitions)
-    writer = await DivWriter.start(bootstrap, max_records_per_segment=500)
+async def run_demo(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    rate: float,
+    fault_every_s: float,
+    duration_s: float,
+    security: KafkaSecurity = PLAINTEXT,
+    replication_factor: int = 1,
+) -> None:
+    await ensure_topic(bootstrap, topic, partitions, security, replication_factor)
+    writer = await DivWriter.start(bootstrap, security=security, max_records_per_segment=500)
     pipeline = FaultyPipeline(writer, topic)
     loop = asyncio.get_running_loop()
     started = loop.time()

@@ -74,9 +74,18 @@ def run_in_own_loop(coro: Coroutine[Any, Any, T]) -> T:
     return value
 
 
+def admin_client(settings: Settings) -> AIOKafkaAdminClient:
+    """The worker's admin client, not started."""
+    return AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap,
+        client_id=f"{settings.app_id}-discovery",
+        **settings.kafka_security.aiokafka_kwargs(),
+    )
+
+
 async def discover(settings: Settings, *, wait_s: float | None = None) -> ClusterView:
     """Resolve the watched topics, waiting until they exist (forever when wait_s is None)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, client_id=f"{settings.app_id}-discovery")
+    admin = admin_client(settings)
     await admin.start()
     try:
         tansu = await detect_tansu(admin)

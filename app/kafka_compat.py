@@ -43,6 +43,8 @@ from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
+from .security import PLAINTEXT, KafkaSecurity
+
 BROKER_FLAVOR_ENV = "KDIV_BROKER_FLAVOR"
 TANSU_CLUSTER_ID = "tansu_cluster"
 
@@ -67,13 +69,15 @@ _NO_PRODUCER_EPOCH = -1
 
 async def detect_tansu(
     client_or_bootstrap: str | list[str] | AIOKafkaClient | object,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> bool:
     """True when the broker is Tansu, so the workarounds in this module apply.
 
     `client_or_bootstrap`: a bootstrap address ("host:port" or a list of them), an
     AIOKafkaClient, or a started aiokafka consumer, producer or admin client.
     ``KDIV_BROKER_FLAVOR`` (``tansu`` / ``kafka``) wins over what the broker reports,
-    and when set the broker is not contacted.
+    and when set the broker is not contacted. `security` applies when a bootstrap address
+    is given (a client brings its own).
     """
     forced = os.environ.get(BROKER_FLAVOR_ENV, "").strip().lower()
     if forced:
@@ -82,11 +86,22 @@ async def detect_tansu(
                 f"{BROKER_FLAVOR_ENV}={forced!r} is not one of {', '.join(sorted(_FLAVORS))}"
             )
         return _FLAVORS[forced]
-    return await fetch_cluster_id(client_or_bootstrap) == TANSU_CLUSTER_ID
+    return await fetch_cluster_id(client_or_bootstrap, security) == TANSU_CLUSTER_ID
+
+
+def detection_client(bootstrap: str | list[str], security: KafkaSecurity = PLAINTEXT) -> AIOKafkaClient:
+    """The short-lived client `fetch_cluster_id` asks with, not started."""
+    return AIOKafkaClient(
+        bootstrap_servers=bootstrap,
+        client_id="kdiv-detect",
+        request_timeout_ms=_DETECT_TIMEOUT_MS,
+        **security.aiokafka_kwargs(),
+    )
 
 
 async def fetch_cluster_id(
     client_or_bootstrap: str | list[str] | AIOKafkaClient | object,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> str | None:
     """The cluster id the broker reports in Metadata (None from brokers before Kafka 0.10.1).
 
@@ -94,11 +109,7 @@ async def fetch_cluster_id(
     its own Metadata request for no topics.
     """
     if isinstance(client_or_bootstrap, (str, list)):
-        client = AIOKafkaClient(
-            bootstrap_servers=client_or_bootstrap,
-            client_id="kdiv-detect",
-            request_timeout_ms=_DETECT_TIMEOUT_MS,
-        )
+        client = detection_client(client_or_bootstrap, security)
         try:
             await client.bootstrap()
             return await _cluster_id_via(client)

@@ -17,6 +17,7 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from . import metrics
+from .webauth import authorization_header, bearer_token_middleware
 from .div.segment import SegmentStatus
 
 log = logging.getLogger("kdiv.views")
@@ -77,6 +78,8 @@ class Views:
     def __init__(self, app, worker) -> None:
         self.app = app
         self.worker = worker
+        # Peers require the same token as any client.
+        self._peer_headers = authorization_header(worker.settings.web_token)
 
     # -- peers -------------------------------------------------------------------------------
 
@@ -94,7 +97,7 @@ class Views:
     async def _ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
         target = url.with_path(request.path).with_query({**request.query, "scope": LOCAL})
         try:
-            async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT) as response:
+            async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT, headers=self._peer_headers) as response:
                 if response.status != 200:
                     return url, None
                 return url, await response.json()
@@ -181,7 +184,10 @@ class Views:
         restoring = recovery["in_progress"]
         ready = [{"topic": t, "partition": p} for t, p in assigned if (t, p) in parts or not restoring]
         recovering = [{"topic": t, "partition": p} for t, p in assigned if (t, p) not in parts and restoring]
-        status = "recovering" if recovery["in_progress"] else "ready"
+        # Degraded: serving, but its state is under a subject its readers do not look in.
+        findings = [f.to_json() for f in self.worker.state_check.open.values()]
+        status = "recovering" if recovery["in_progress"] else "degraded" if findings else "ready"
+        lookups = self.worker.lookups
         body = {
             "status": status,
             "ready": ready,
@@ -189,6 +195,13 @@ class Views:
             "failed": failed,
             "recovery": recovery,
             "state_load_errors": self.worker.load_errors_seen,
+            "state_schema_findings": findings,
+            "schema_registry": {
+                "url": lookups.registry.url,
+                "available": lookups.available,
+                "last_error": lookups.stats.last_error,
+                "unchecked_records": self.worker.stats.schema_unchecked_records,
+            },
         }
         # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
         # faults, reported but not a reason to restart the worker.
@@ -214,6 +227,9 @@ def register_views(app, worker) -> Views:
             )
 
     app.web.web_app.middlewares.append(json_errors)
+    if worker.settings.web_token:
+        # Inside json_errors: an unknown path or method is not revealed without the token.
+        app.web.web_app.middlewares.append(bearer_token_middleware(worker.settings.web_token))
 
     @app.page("/producers/")
     class ProducersView(View):

@@ -22,6 +22,14 @@ from aiokafka.partitioner import DefaultPartitioner
 from .clock import wall_clock_ms
 from .div.stamper import DISABLED, DivStamper, OutgoingRecord
 from .div.wire import ChecksumType, Kind
+from .security import PLAINTEXT, KafkaSecurity
+
+
+def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT, **options) -> AIOKafkaProducer:
+    """The producer `DivWriter.start` writes with, not started: every record acknowledged by all replicas."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers, **{"acks": "all", "linger_ms": 5, **security.aiokafka_kwargs(), **options}
+    )
 
 
 class DivWriter:
@@ -54,10 +62,16 @@ class DivWriter:
         self._closed = False
 
     @classmethod
-    async def start(cls, bootstrap_servers: str, *, producer_options: dict | None = None, **writer_options) -> DivWriter:
+    async def start(
+        cls,
+        bootstrap_servers: str,
+        *,
+        security: KafkaSecurity = PLAINTEXT,
+        producer_options: dict | None = None,
+        **writer_options,
+    ) -> DivWriter:
         """A writer with a producer of its own, started; `close()` stops it."""
-        options = {"acks": "all", "linger_ms": 5, **(producer_options or {})}
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, **options)
+        producer = new_producer(bootstrap_servers, security=security, **(producer_options or {}))
         await producer.start()
         return cls(producer, owns_producer=True, **writer_options)
 
