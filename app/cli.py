@@ -206,7 +206,7 @@ def registry(bootstrap: str, host: str, port: int, topic: str) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(bootstrap, host, port, topic))
+        asyncio.run(serve(bootstrap, host, port, topic, kafka_security()))
     except KeyboardInterrupt:
         pass
 
@@ -234,10 +234,12 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
     from .schemascan import check_topic, repair as repair_id
     from .settings import RegistrySettings, SettingsError
 
+    security = kafka_security()
+
     async def run() -> int:
         registry = SchemaRegistry(RegistrySettings.from_env(os.environ))
         try:
-            verdicts = await check_topic(registry, bootstrap, topic, strategy, keys=keys)
+            verdicts = await check_topic(registry, bootstrap, topic, strategy, keys=keys, security=security)
             for verdict in verdicts:
                 click.echo(verdict.line(topic))
             wrong = [v for v in verdicts if v.verdict is not None]
@@ -246,7 +248,7 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
                     if verdict.verdict == "SUBJECT_MISMATCH" and verdict.expected_subject:
                         async for line in repair_id(registry, verdict):
                             click.echo(line)
-                verdicts = await check_topic(registry, bootstrap, topic, strategy, keys=keys)
+                verdicts = await check_topic(registry, bootstrap, topic, strategy, keys=keys, security=security)
                 wrong = [v for v in verdicts if v.verdict is not None]
             click.echo(f"{len(verdicts)} schema ids in {topic}: {len(wrong)} not where their readers look")
             return 1 if wrong else 0

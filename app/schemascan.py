@@ -15,6 +15,7 @@ from .consume import read_snapshot
 from .registry.client import RegistryError, SchemaRegistry, expected_subject
 from .registry.framing import schema_id_of
 from .registry.subjectcheck import SchemaLookups, judge
+from .security import PLAINTEXT, KafkaSecurity
 
 
 @dataclass
@@ -41,9 +42,10 @@ class IdVerdict:
                 f"expected {self.expected_subject or '(strategy names no subject for this schema)'}")
 
 
-async def schema_ids_in(bootstrap: str, topic: str, *, keys: bool = False) -> dict[int, IdUse]:
+async def schema_ids_in(bootstrap: str, topic: str, *, keys: bool = False,
+                        security: KafkaSecurity = PLAINTEXT) -> dict[int, IdUse]:
     uses: dict[int, IdUse] = {}
-    async for record in read_snapshot(bootstrap, topic):
+    async for record in read_snapshot(bootstrap, topic, security=security):
         schema_id = schema_id_of(record.key if keys else record.value)
         if schema_id is None:
             continue
@@ -55,11 +57,11 @@ async def schema_ids_in(bootstrap: str, topic: str, *, keys: bool = False) -> di
 
 
 async def check_topic(registry: SchemaRegistry, bootstrap: str, topic: str, strategy: str, *,
-                      keys: bool = False) -> list[IdVerdict]:
+                      keys: bool = False, security: KafkaSecurity = PLAINTEXT) -> list[IdVerdict]:
     """Raises RegistryError when the registry cannot answer (nothing is judged then)."""
     lookups = SchemaLookups(registry, clock=time.monotonic, backoff_s=0.0)
     verdicts = []
-    for schema_id, use in sorted((await schema_ids_in(bootstrap, topic, keys=keys)).items()):
+    for schema_id, use in sorted((await schema_ids_in(bootstrap, topic, keys=keys, security=security)).items()):
         info = await lookups.info(schema_id)
         subject = expected_subject(strategy, topic, is_key=keys, record_name=info.record_name if info else None)
         verdicts.append(IdVerdict(use, judge(info, subject), subject, tuple(sorted(info.subjects)) if info else ()))

@@ -20,6 +20,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from ..consume import read_snapshot
+from ..security import PLAINTEXT, KafkaSecurity
+from ..writer import new_producer
 from .devstore import LEVELS, DevRegistryState, RegistryRequestError, encode_record
 
 log = logging.getLogger("kdiv.registry")
@@ -28,9 +30,10 @@ SCHEMAS_TOPIC = "_schemas"
 
 
 class DevRegistry:
-    def __init__(self, bootstrap: str, topic: str = SCHEMAS_TOPIC) -> None:
+    def __init__(self, bootstrap: str, topic: str = SCHEMAS_TOPIC, security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.security = security
         self.state = DevRegistryState()
         self._producer: AIOKafkaProducer | None = None
         # Writes are planned from the state and applied after they are acknowledged; one at
@@ -40,10 +43,10 @@ class DevRegistry:
     async def start(self) -> None:
         await self._ensure_topic()
         replayed = 0
-        async for record in read_snapshot(self.bootstrap, self.topic):
+        async for record in read_snapshot(self.bootstrap, self.topic, security=self.security):
             self.state.apply(record.key, record.value)
             replayed += 1
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", client_id="kdiv-dev-registry")
+        self._producer = new_producer(self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry")
         await self._producer.start()
         log.info(
             "dev registry: %d records replayed from %s: %d schemas, %d subjects (%d records not used)",
@@ -55,7 +58,9 @@ class DevRegistry:
             await self._producer.stop()
 
     async def _ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="kdiv-dev-registry")
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap, client_id="kdiv-dev-registry", **self.security.aiokafka_kwargs()
+        )
         await admin.start()
         try:
             if self.topic in await admin.list_topics():
@@ -259,9 +264,10 @@ def _schema_text(body: dict) -> str:
     return schema
 
 
-async def serve(bootstrap: str, host: str, port: int, topic: str = SCHEMAS_TOPIC) -> None:
+async def serve(bootstrap: str, host: str, port: int, topic: str = SCHEMAS_TOPIC,
+                security: KafkaSecurity = PLAINTEXT) -> None:
     """Run until cancelled."""
-    registry = DevRegistry(bootstrap, topic)
+    registry = DevRegistry(bootstrap, topic, security)
     await registry.start()
     runner = web.AppRunner(registry.web_app(), access_log=None)
     await runner.setup()
