@@ -100,6 +100,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 from app.demo import ensure_topic  # noqa: E402
 from app.devbroker import DevBroker  # noqa: E402
 from app.kafka_compat import detect_tansu, end_offsets  # noqa: E402
+from app.registry.devprocess import DevRegistryProcess  # noqa: E402
 from app.writer import DivWriter  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -1056,7 +1057,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     workdir = Path(tempfile.mkdtemp(prefix="kdiv-bench-worker-"))
-    broker = None
+    broker = registry = None
     try:
         if args.bootstrap:
             bootstrap, broker_pid = args.bootstrap, None
@@ -1064,12 +1065,18 @@ def main() -> None:
             broker = DevBroker(port=0).start()
             bootstrap = broker.bootstrap
             broker_pid = broker._process.pid  # noqa: SLF001 - for its CPU time only
+        if not os.environ.get("KDIV_SCHEMA_REGISTRY_URL"):
+            # Workers register their state schema at start (worker_env passes the URL on).
+            registry = DevRegistryProcess(bootstrap).start()
+            os.environ["KDIV_SCHEMA_REGISTRY_URL"] = registry.url
         asyncio.run(bench(args, bootstrap, workdir, broker_pid))
     except BenchError as failure:
         sys.exit(f"bench failed: {failure}")
     except KeyboardInterrupt:
         sys.exit("interrupted")
     finally:
+        if registry is not None:
+            registry.stop()
         if broker is not None:
             broker.stop()
         if args.keep or args.profile:

@@ -73,7 +73,7 @@ def registry_url(bootstrap: str) -> Iterator[str]:
     if configured:
         yield configured
     else:
-        from tests.registryproc import DevRegistryProcess
+        from app.registry.devprocess import DevRegistryProcess
 
         with DevRegistryProcess(bootstrap) as registry:
             yield registry.url

@@ -16,7 +16,7 @@ from app.consume import read_snapshot
 from app.registry.client import RegistryRejected, RegistryUnavailable, SchemaNotFound, SchemaRegistry, expected_subject
 from app.registry.subjectcheck import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNCHECKED, SchemaLookups
 from app.settings import RegistrySettings
-from tests.registryproc import DevRegistryProcess, free_port
+from app.registry.devprocess import DevRegistryProcess, free_port
 
 
 def record_schema(name: str, *fields: tuple[str, str | list, object]) -> str:

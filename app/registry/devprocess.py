@@ -1,4 +1,4 @@
-"""The development Schema Registry as a child process (`kdiv registry`), for tests."""
+"""The development Schema Registry as a child process (`kdiv registry`), for tests and benchmarks."""
 
 from __future__ import annotations
 
