@@ -74,9 +74,9 @@ class KafkaSecurity:
             sasl_mechanism=env.choice("SASL_MECHANISM", MECHANISMS, cls.sasl_mechanism),
             sasl_username=env.str("SASL_USERNAME", ""),
             sasl_password=env.str("SASL_PASSWORD", ""),
-            ssl_ca=_existing_file(env, "SSL_CA"),
-            ssl_cert=_existing_file(env, "SSL_CERT"),
-            ssl_key=_existing_file(env, "SSL_KEY"),
+            ssl_ca=env.file("SSL_CA"),
+            ssl_cert=env.file("SSL_CERT"),
+            ssl_key=env.file("SSL_KEY"),
             ssl_key_password=env.str("SSL_KEY_PASSWORD", ""),
             ssl_check_hostname=env.bool("SSL_CHECK_HOSTNAME", cls.ssl_check_hostname),
         )
@@ -166,13 +166,3 @@ class KafkaSecurity:
 
 
 PLAINTEXT = KafkaSecurity()
-
-
-def _existing_file(env: _Env, name: str) -> Path | None:
-    raw = env.str(name, "")
-    if not raw:
-        return None
-    path = Path(raw)
-    if not path.is_file():
-        raise SettingsError(f"{PREFIX}{name}={raw}: no such file")
-    return path
