@@ -35,7 +35,7 @@ from .div.validator import DataIntegrityValidator, TopicPolicy
 from .incidents import FaultRunLog, Incident, RecentIncidents, incident_for, schema_incident
 from .kafka_compat import enable_tansu_producer_ids
 from .live import LiveValidation
-from .registry.client import SchemaRegistry, expected_subject
+from .registry.client import SchemaRegistry
 from .registry.framing import schema_id_of
 from .registry.statevalues import StateValues
 from .registry.subjectcheck import UNCHECKED, SchemaLookups
@@ -217,9 +217,11 @@ class ValidationWorker:
         for (topic, partition, message_field, schema_id), (offset, timestamp, records) in framed.items():
             identity = (topic, partition, message_field, schema_id)
             if identity in self._schema_judged:
+                self.stats.schema_checked_records += records
                 continue
             strategy = self.settings.subject_strategy(topic)
-            verdict = await self.lookups.verdict(schema_id, topic, strategy, is_key=message_field == "key")
+            judgement = await self.lookups.judgement(schema_id, topic, strategy, is_key=message_field == "key")
+            verdict, info, expected = judgement.verdict, judgement.info, judgement.expected_subject
             if verdict == UNCHECKED:
                 self.stats.schema_unchecked_records += records
                 continue
@@ -227,10 +229,7 @@ class ValidationWorker:
             self._schema_judged.add(identity)
             if verdict is None:
                 continue
-            info = await self.lookups.info(schema_id) if verdict != "SCHEMA_UNKNOWN" else None
             registered = tuple(sorted(info.subjects)) if info else ()
-            expected = expected_subject(strategy, topic, is_key=message_field == "key",
-                                        record_name=info.record_name if info else None)
             detail = (f"{message_field} schema id {schema_id} is unknown to the registry" if info is None else
                       f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
                       f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}")

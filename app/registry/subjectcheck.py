@@ -52,6 +52,13 @@ def judge(info: SchemaIdInfo | None, subject: str | None) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str | None  # SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNCHECKED, or None: where expected
+    info: SchemaIdInfo | None
+    expected_subject: str | None
+
+
 @dataclass
 class LookupStats:
     requests: int = 0
@@ -107,15 +114,19 @@ class SchemaLookups:
             self._subjects[schema_id] = cached
         return SchemaIdInfo(cached[1], record_name_of(text))
 
-    async def verdict(self, schema_id: int, topic: str, strategy: str, *, is_key: bool) -> str | None:
-        """The verdict for a framed record of `topic`, or UNCHECKED when the registry can't say."""
+    async def judgement(self, schema_id: int, topic: str, strategy: str, *, is_key: bool) -> Judgement:
+        """The verdict for a framed record of `topic` (UNCHECKED when the registry can't say),
+        with what it was judged on."""
         try:
             info = await self.info(schema_id)
         except RegistryUnavailable:
             self.stats.unchecked += 1
-            return UNCHECKED
+            return Judgement(UNCHECKED, None, None)
         subject = expected_subject(strategy, topic, is_key=is_key, record_name=info.record_name if info else None)
-        return judge(info, subject)
+        return Judgement(judge(info, subject), info, subject)
+
+    async def verdict(self, schema_id: int, topic: str, strategy: str, *, is_key: bool) -> str | None:
+        return (await self.judgement(schema_id, topic, strategy, is_key=is_key)).verdict
 
     async def _ask(self, request):
         if not self.available:
