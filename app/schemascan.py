@@ -70,10 +70,9 @@ async def check_topic(registry: SchemaRegistry, bootstrap: str, topic: str, stra
 
 async def repair(registry: SchemaRegistry, verdict: IdVerdict) -> AsyncIterator[str]:
     """Register the id's schema under the expected subject; yields what it does."""
-    text = await registry.schema_text(verdict.use.schema_id)
     yield f"registering schema id {verdict.use.schema_id} under {verdict.expected_subject}"
     try:
-        answered = await registry.register(verdict.expected_subject, text)
+        answered = await registry.register_id_under(verdict.use.schema_id, verdict.expected_subject)
     except RegistryError as refused:
         yield f"  refused: {refused}"
         return

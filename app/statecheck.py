@@ -116,10 +116,7 @@ class StateSchemaCheck:
     async def repair(self, finding: StateFinding) -> bool:
         """Register the id's schema under the expected subject (what ksqlDB's operators did)."""
         try:
-            text = await self.lookups.schema_text(finding.schema_id)
-            if text is None:
-                return False
-            registered = await self.lookups.registry.register(finding.expected_subject, text)
+            registered = await self.lookups.registry.register_id_under(finding.schema_id, finding.expected_subject)
         except RegistryError as failed:
             log.error("repair of schema id %d under %s failed: %s", finding.schema_id, finding.expected_subject, failed)
             return False

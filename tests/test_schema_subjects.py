@@ -107,11 +107,15 @@ async def run_old_worker(bootstrap, topic, tmp_path, old_app):
         old.terminate()
 
 
-async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_it(bootstrap, registry_url, topic_factory, tmp_path):
-    topic = topic_factory(1)
+async def renamed_after_a_run(bootstrap, registry_url, topic, tmp_path) -> tuple[str, str, str, int]:
+    """(topic, A, B, the earlier release's id): A validated `topic`, then was renamed to B."""
     old_app, new_app = f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}"
     await run_old_worker(bootstrap, topic, tmp_path, old_app)
-    old_id = await renamed_application(bootstrap, registry_url, old_app, new_app)
+    return topic, old_app, new_app, await renamed_application(bootstrap, registry_url, old_app, new_app)
+
+
+async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_it(bootstrap, registry_url, topic_factory, tmp_path):
+    topic, old_app, new_app, old_id = await renamed_after_a_run(bootstrap, registry_url, topic_factory(1), tmp_path)
 
     new = WorkerProcess("new", bootstrap=bootstrap, topics=[topic], app_id=new_app, workdir=tmp_path,
                         web_port=free_port(), env={"KDIV_SCHEMA_RECHECK_S": "1"})
@@ -175,10 +179,7 @@ async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_i
 
 
 async def test_auto_repair_registers_the_state_schema_under_the_restoring_subject(bootstrap, registry_url, topic_factory, tmp_path):
-    topic = topic_factory(1)
-    old_app, new_app = f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}"
-    await run_old_worker(bootstrap, topic, tmp_path, old_app)
-    old_id = await renamed_application(bootstrap, registry_url, old_app, new_app)
+    topic, old_app, new_app, old_id = await renamed_after_a_run(bootstrap, registry_url, topic_factory(1), tmp_path)
     new = WorkerProcess("new", bootstrap=bootstrap, topics=[topic], app_id=new_app, workdir=tmp_path,
                         web_port=free_port(), env={"KDIV_SCHEMA_AUTO_REPAIR": "true", "KDIV_SCHEMA_RECHECK_S": "1"})
     try:

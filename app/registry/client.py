@@ -112,6 +112,11 @@ class SchemaRegistry:
             raise RegistryUnavailable(f"{self.url}: subjects of schema id {schema_id}: malformed answer {pairs!r}")
         return [SubjectVersion(subject, version) for subject, version in pairs]
 
+    async def register_id_under(self, schema_id: int, subject: str) -> int:
+        """Register the schema of `schema_id` under `subject` (the subject-mismatch repair);
+        the id the registry answers, the same one where ids are global."""
+        return await self.register(subject, await self.schema_text(schema_id))
+
     async def subjects(self) -> list[str]:
         return await self._call("list subjects", self._client.get_subjects())
 
