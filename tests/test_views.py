@@ -12,35 +12,16 @@ import pytest
 from tests.workerproc import (
     WorkerProcess,
     free_port,
+    http_json,
     incident_differences,
     oracle,
     produce_with_faults,
     read_incidents,
+    wait_for_split,
     wait_until_caught_up,
 )
 
 PARTITIONS = 4
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict | str]:
-    async with session.get(url) as response:
-        if response.content_type == "application/json":
-            return response.status, await response.json()
-        return response.status, await response.text()
-
-
-async def _wait_for_split(session, workers, timeout: float = 60.0) -> dict[int, str]:
-    """Partition -> owning worker URL, once each worker owns at least one partition."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        status, body = await _get(session, f"{workers[0].url}/partitions/")
-        owners = {item["partition"]: item["worker"] for item in body["items"]} if status == 200 else {}
-        if len(owners) == PARTITIONS and len(set(owners.values())) == len(workers):
-            return owners
-        if loop.time() > deadline:
-            raise AssertionError(f"partitions not split between the workers: {body}")
-        await asyncio.sleep(0.5)
 
 
 @pytest.fixture
@@ -70,11 +51,11 @@ async def two_workers(bootstrap, topic_factory, tmp_path):
 async def test_any_worker_answers_for_all_partitions_producers_and_incidents(bootstrap, two_workers):
     topic, app_id, workers, injected = two_workers
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        owners = await _wait_for_split(session, workers)
+        owners = await wait_for_split(session, workers, PARTITIONS)
         expected = await oracle(bootstrap, topic)
 
         # Each worker lists every partition, whoever owns it, with the same counts.
-        listings = [await _get(session, f"{w.url}/partitions/") for w in workers]
+        listings = [await http_json(session, "GET", f"{w.url}/partitions/") for w in workers]
         assert [status for status, _ in listings] == [200, 200]
         assert listings[0][1]["items"] == listings[1][1]["items"]
         assert listings[0][1]["unavailable_workers"] == []
@@ -84,16 +65,16 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         # A partition owned by the other worker is answered by its owner.
         for asked in workers:
             foreign = next(p for p, url in owners.items() if url != asked.url)
-            status, body = await _get(session, f"{asked.url}/partitions/{topic}/{foreign}/")
+            status, body = await http_json(session, "GET", f"{asked.url}/partitions/{topic}/{foreign}/")
             assert status == 200
             assert body["worker"] == owners[foreign]
             assert body["partition"] == foreign
 
         # Producers: the same from both workers; one producer's state in every partition.
-        producers = [await _get(session, f"{w.url}/producers/?topic={topic}") for w in workers]
+        producers = [await http_json(session, "GET", f"{w.url}/producers/?topic={topic}") for w in workers]
         assert producers[0][1]["items"] == producers[1][1]["items"]
         guid = producers[0][1]["items"][0]["producer"]
-        status, one = await _get(session, f"{workers[1].url}/producers/{guid}/")
+        status, one = await http_json(session, "GET", f"{workers[1].url}/producers/{guid}/")
         assert status == 200
         assert {item["producer"] for item in one["items"]} == {guid}
         assert {item["partition"] for item in one["items"]} == set(range(PARTITIONS))
@@ -102,22 +83,22 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         live = await read_incidents(bootstrap, app_id)
         assert incident_differences(expected, live) == []
         for w in workers:
-            status, page = await _get(session, f"{w.url}/incidents/?limit=1000")
+            status, page = await http_json(session, "GET", f"{w.url}/incidents/?limit=1000")
             assert status == 200
             assert page["total"] == len(live)
             assert {(i["topic"], i["partition"], i["offset"], i["verdict"]) for i in page["items"]} == {
                 (i[-1].topic, i[-1].partition, i[-1].offset, i[-1].verdict) for i in live.values()
             }
-        status, first = await _get(session, f"{workers[0].url}/incidents/?limit=2")
+        status, first = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=2")
         assert len(first["items"]) == 2 and first["next_offset"] == 2
-        status, second = await _get(session, f"{workers[0].url}/incidents/?limit=2&offset=2")
+        status, second = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=2&offset=2")
         page_of = lambda page: {(i["partition"], i["offset"], i["verdict"]) for i in page["items"]}  # noqa: E731
         assert len(second["items"]) == 2 and page_of(second).isdisjoint(page_of(first))
 
         # Health and metrics are per worker; together the metrics count every record.
         counted = 0
         for w in workers:
-            status, health = await _get(session, f"{w.url}/health")
+            status, health = await http_json(session, "GET", f"{w.url}/health")
             assert status == 200 and health["status"] == "ready"
             async with session.get(f"{w.url}/metrics") as response:
                 assert response.status == 200
@@ -139,6 +120,6 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
             ("/partitions/unwatched/0/", 404),
             ("/partitions/x/y/", 400),
         ):
-            got, body = await _get(session, workers[0].url + path)
+            got, body = await http_json(session, "GET", workers[0].url + path)
             assert got == code, (path, body)
             assert isinstance(body, dict) and body["message"], (path, body)

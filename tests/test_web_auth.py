@@ -9,7 +9,14 @@ import aiohttp
 import pytest
 
 from app.settings import Settings, SettingsError
-from tests.workerproc import WorkerProcess, free_port, produce_with_faults, wait_until_caught_up
+from tests.workerproc import (
+    WorkerProcess,
+    free_port,
+    http_json,
+    produce_with_faults,
+    wait_for_split,
+    wait_until_caught_up,
+)
 
 PARTITIONS = 4
 TOKEN = "kdiv-test-token-" + uuid.uuid4().hex
@@ -78,32 +85,11 @@ async def two_workers(bootstrap, topic_factory, tmp_path):
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-async def _status(session: aiohttp.ClientSession, method: str, url: str, headers=None) -> tuple[int, dict | str]:
-    async with session.request(method, url, headers=headers or {}) as response:
-        if response.content_type == "application/json":
-            return response.status, await response.json()
-        return response.status, await response.text()
-
-
-async def _split(session, workers, timeout: float = 60.0) -> dict[int, str]:
-    """Partition -> owning worker URL, once each worker owns a partition with state."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        status, body = await _status(session, "GET", f"{workers[0].url}/partitions/", AUTH)
-        owners = {item["partition"]: item["worker"] for item in body["items"]} if status == 200 else {}
-        if len(owners) == PARTITIONS and len(set(owners.values())) == len(workers):
-            return owners
-        if loop.time() > deadline:
-            raise AssertionError(f"partitions not split between the workers: {status} {body}")
-        await asyncio.sleep(0.5)
-
-
 async def test_views_need_the_token_except_health_and_metrics(two_workers):
     topic, workers = two_workers
     w1 = workers[0]
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        owners = await _split(session, workers)
+        owners = await wait_for_split(session, workers, PARTITIONS, AUTH)
 
         protected = ["/partitions/", f"/partitions/{topic}/0/", "/producers/", "/incidents/",
                      # Faust's own views, and a path that does not exist (not revealed either).
@@ -112,34 +98,34 @@ async def test_views_need_the_token_except_health_and_metrics(two_workers):
                         {"Authorization": f"Basic {TOKEN}"}, {"Authorization": f"Bearer {TOKEN}x"}]
         for path in protected:
             for headers in wrong_tokens:
-                status, body = await _status(session, "GET", w1.url + path, headers)
+                status, body = await http_json(session, "GET", w1.url + path, headers)
                 assert status == 401, (path, headers, body)
                 assert body["error"] == "Unauthorized" and "Bearer" in body["message"]
 
         for path in ("/partitions/", "/producers/", "/incidents/", "/router/", "/router/topics"):
-            status, body = await _status(session, "GET", w1.url + path, AUTH)
+            status, body = await http_json(session, "GET", w1.url + path, AUTH)
             assert status == 200, (path, body)
-        status, body = await _status(session, "GET", w1.url + "/no-such-view", AUTH)
+        status, body = await http_json(session, "GET", w1.url + "/no-such-view", AUTH)
         assert status == 404
 
         # Open for probes and scrapers.
-        status, health = await _status(session, "GET", w1.url + "/health")
+        status, health = await http_json(session, "GET", w1.url + "/health")
         assert status == 200 and health["status"] == "ready"
-        status, text = await _status(session, "GET", w1.url + "/metrics")
+        status, text = await http_json(session, "GET", w1.url + "/metrics")
         assert status == 200 and "kdiv_records_validated_total" in text
 
         # Nothing writes: other methods are refused, before and after authentication.
         for method in ("POST", "PUT", "PATCH", "DELETE"):
             for path in ("/partitions/", "/incidents/", "/router/"):
-                assert (await _status(session, method, w1.url + path))[0] == 401, (method, path)
-                status, body = await _status(session, method, w1.url + path, AUTH)
+                assert (await http_json(session, method, w1.url + path))[0] == 401, (method, path)
+                status, body = await http_json(session, method, w1.url + path, AUTH)
                 assert status == 405, (method, path, body)
             # The open paths are open to reading only.
             for path in ("/health", "/metrics"):
-                assert (await _status(session, method, w1.url + path))[0] == 405, (method, path)
+                assert (await http_json(session, method, w1.url + path))[0] == 405, (method, path)
 
         # The fan-out: each worker asks the other for its partitions, with the token.
-        status, listing = await _status(session, "GET", w1.url + "/partitions/", AUTH)
+        status, listing = await http_json(session, "GET", w1.url + "/partitions/", AUTH)
         assert status == 200 and listing["unavailable_workers"] == []
         assert {item["partition"] for item in listing["items"]} == set(range(PARTITIONS))
 
@@ -148,9 +134,9 @@ async def test_views_need_the_token_except_health_and_metrics(two_workers):
         for asked in workers:
             foreign = next(p for p, url in owners.items() if url != asked.url)
             path = f"{asked.url}/partitions/{topic}/{foreign}/"
-            status, body = await _status(session, "GET", path, AUTH)
+            status, body = await http_json(session, "GET", path, AUTH)
             assert status == 200, body
             assert body["worker"] == owners[foreign] != asked.url
-            assert (await _status(session, "GET", path))[0] == 401
+            assert (await http_json(session, "GET", path))[0] == 401
             owner_url = owners[foreign]
-            assert (await _status(session, "GET", f"{owner_url}/partitions/{topic}/{foreign}/?scope=local"))[0] == 401
+            assert (await http_json(session, "GET", f"{owner_url}/partitions/{topic}/{foreign}/?scope=local"))[0] == 401

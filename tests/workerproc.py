@@ -518,3 +518,28 @@ def owners(distribution: dict, topic: str) -> dict[int, list[str]]:
             found[partition].append(url)
     return dict(found)
 
+
+# -- the web views ---------------------------------------------------------------------------
+
+
+async def http_json(session, method: str, url: str, headers: dict | None = None) -> tuple[int, dict | str]:
+    """(status, JSON body, or text when the answer is not JSON)."""
+    async with session.request(method, url, headers=headers or {}) as response:
+        if response.content_type == "application/json":
+            return response.status, await response.json()
+        return response.status, await response.text()
+
+
+async def wait_for_split(session, workers, partitions: int, headers: dict | None = None,
+                         timeout: float = 60.0) -> dict[int, str]:
+    """Partition -> owning worker URL (from /partitions/), once each worker owns one."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        status, body = await http_json(session, "GET", f"{workers[0].url}/partitions/", headers)
+        owners = {item["partition"]: item["worker"] for item in body["items"]} if status == 200 else {}
+        if len(owners) == partitions and len(set(owners.values())) == len(workers):
+            return owners
+        if loop.time() > deadline:
+            raise AssertionError(f"partitions not split between the workers: {status} {body}")
+        await asyncio.sleep(0.5)
