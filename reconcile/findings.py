@@ -1,0 +1,60 @@
+"""What the reconciliation reports: discrepancy classes and the one row shape they share.
+
+Every finding, whatever its class, is one row of `FINDINGS_SCHEMA`, so the Parquet files,
+the JSON summary and the HTML report read one table.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+# The validator's table saw a later validated record for the key than the topic now holds,
+# or the key is gone without a tombstone (e.g. log truncation after an unclean election).
+LOST = "LOST"
+# The topic holds a record the validator never saw, below the offset it has validated to.
+UNVALIDATED = "UNVALIDATED"
+# The record at the validated offset is not the record validated (CRC32 differs).
+DIVERGED = "DIVERGED"
+# A producer's highest (segment, sequence) in the topic is below the one the table holds.
+SEQUENCE_BEHIND = "SEQUENCE_BEHIND"
+# Restored state carries a schema id not registered under its changelog's subject (KAFKA-10179).
+SUBJECT_MISMATCH = "SUBJECT_MISMATCH"
+# Restored state carries a schema id the registry does not know.
+SCHEMA_UNKNOWN = "SCHEMA_UNKNOWN"
+
+KEY_CLASSES = (LOST, UNVALIDATED, DIVERGED)
+CLASSES = (LOST, UNVALIDATED, DIVERGED, SEQUENCE_BEHIND, SUBJECT_MISMATCH, SCHEMA_UNKNOWN)
+
+FINDINGS_SCHEMA = StructType(
+    [
+        StructField("class", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        # The offset at issue: the validated offset (LOST, DIVERGED), the unvalidated
+        # record's (UNVALIDATED), the table's last (SEQUENCE_BEHIND), the first record
+        # carrying the schema id (schema classes). -1 when there is none.
+        StructField("offset", LongType(), False),
+        StructField("key", BinaryType(), True),
+        # Producer GUID as hex, when the record or state names one.
+        StructField("producer", StringType(), True),
+        StructField("segment", IntegerType(), True),
+        StructField("seq", LongType(), True),
+        # Record time (ms since epoch) of the record at issue, -1 when unknown.
+        StructField("timestamp_ms", LongType(), False),
+        # Records the finding stands for (1 per key; records carrying a schema id).
+        StructField("count", LongType(), False),
+        StructField("schema_id", IntegerType(), True),
+        StructField("expected_subject", StringType(), True),
+        StructField("registered_subjects", ArrayType(StringType()), True),
+        StructField("detail", StringType(), False),
+    ]
+)
+FINDING_FIELDS = tuple(f.name for f in FINDINGS_SCHEMA.fields)
