@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .div.codec import StateDecodeError
+from .div.ledger import KeyValidation, key_validation_of, ledger_key
 from .div.record import ConsumedRecord
 from .div.segment import Segment
 from .div.validator import DataIntegrityValidator, PartitionValidation, ValidationResult
@@ -103,10 +104,14 @@ def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
 
 
 class LiveValidation:
-    def __init__(self, validator: DataIntegrityValidator, values: StateValues | None = None) -> None:
+    def __init__(self, validator: DataIntegrityValidator, values: StateValues | None = None,
+                 ledger_topics: frozenset[str] = frozenset()) -> None:
         self.validator = validator
         # How state is written to and read from the table (Confluent-framed Avro).
         self.values = values or StateValues.unregistered()
+        # Compacted topics: their keys' last validated records go to the key ledger.
+        self.ledger_topics = ledger_topics
+        self._ledger: dict[tuple[str, int], dict[bytes, KeyValidation]] = {}
         self._loaded: set[tuple[str, int]] = set()
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
         self.load_errors: list[LoadError] = []
@@ -163,6 +168,7 @@ class LiveValidation:
         """Forget a partition (revoked): its next owner reads it from the table."""
         self._loaded.discard((topic, partition))
         self._dirty.pop((topic, partition), None)
+        self._ledger.pop((topic, partition), None)
         self.validator.clear_partition(topic, partition)
 
     @property
@@ -185,6 +191,12 @@ class LiveValidation:
             raise RuntimeError(f"{record.topic}[{record.partition}] is validated before its state is loaded")
         part = self.validator.partitions[tp]
         dirty = self._dirty.setdefault(tp, set())
+        if record.topic in self.ledger_topics:
+            # Replays too: a crash may have saved the partition state but not the ledger
+            # entry (another changelog), and the entry of a replay is the same entry.
+            entry = key_validation_of(record)
+            if entry is not None:
+                self._ledger.setdefault(tp, {})[record.key] = entry
         if record.offset <= part.last_offset:
             guid, _kind = _producer_of(record)
             seen = part.tracker.segments.get(guid) if guid is not None else None
@@ -204,6 +216,13 @@ class LiveValidation:
             # Counted in the partition state only: the unit still has something to write.
             dirty.add(b"")
         return result
+
+    def take_ledger_writes(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+        """Key ledger entries validated since the last call (the latest per key)."""
+        entries = self._ledger.pop((topic, partition), None)
+        if not entries:
+            return []
+        return [(ledger_key(topic, partition, key), self.values.encode(entry)) for key, entry in entries.items()]
 
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:
         """The writes that save everything validated since the last call, or None."""

@@ -13,18 +13,18 @@ from .discovery import discover, run_in_own_loop
 from .registry.client import SchemaRegistry
 from .settings import Settings
 from .statecheck import register_state_schema
-from .worker import build_app, changelog_topic_name
+from .worker import build_app, state_changelogs
 
 
-async def _register(settings: Settings, partition_counts) -> int:
+async def _register(settings: Settings, changelogs: list[str]) -> int:
     registry = SchemaRegistry(settings.registry)
     try:
-        return await register_state_schema(registry, [changelog_topic_name(settings.app_id, n) for n in partition_counts])
+        return await register_state_schema(registry, changelogs)
     finally:
         await registry.close()
 
 
 settings = Settings.from_env(os.environ)
 cluster = run_in_own_loop(discover(settings))
-state_schema_id = run_in_own_loop(_register(settings, sorted(cluster.partition_counts)))
+state_schema_id = run_in_own_loop(_register(settings, state_changelogs(settings.app_id, cluster)))
 app, worker = build_app(settings, cluster, state_schema_id)

@@ -52,9 +52,29 @@ def table_name(partitions: int) -> str:
     return f"state-p{partitions}"
 
 
+def ledger_table_name(partitions: int) -> str:
+    """The key ledger (app.div.ledger) of the compacted watched topics with that partition count."""
+    return f"keys-p{partitions}"
+
+
 def changelog_topic_name(app_id: str, partitions: int) -> str:
-    """Faust's name for a table's changelog topic."""
+    """Faust's name for a state table's changelog topic."""
     return f"{app_id}-{table_name(partitions)}-changelog"
+
+
+def ledger_changelog_topic_name(app_id: str, partitions: int) -> str:
+    return f"{app_id}-{ledger_table_name(partitions)}-changelog"
+
+
+def ledger_partition_counts(cluster: ClusterView) -> list[int]:
+    return sorted({t.partitions for t in cluster.topics if t.compaction_lag_ms is not None})
+
+
+def state_changelogs(app_id: str, cluster: ClusterView) -> list[str]:
+    """Every changelog topic the worker's tables write, state tables first."""
+    return [changelog_topic_name(app_id, n) for n in sorted(cluster.partition_counts)] + [
+        ledger_changelog_topic_name(app_id, n) for n in ledger_partition_counts(cluster)
+    ]
 
 
 def record_of_message(message) -> ConsumedRecord:
@@ -114,14 +134,19 @@ class ValidationWorker:
                 max_age_ms=settings.max_age_ms,
             ),
             self.values,
+            ledger_topics=frozenset(t.name for t in cluster.topics if t.compaction_lag_ms is not None),
         )
         self.lookups = SchemaLookups(
             SchemaRegistry(settings.registry), clock=lambda: clock() / 1000, timeout_s=settings.registry.timeout_s
         )
         self.state_check = StateSchemaCheck(self.lookups, self.values, auto_repair=settings.schema_auto_repair)
         self.restore = RestoreListener(clock)
-        self.tables = {n: self._state_table(n) for n in cluster.partition_counts}
+        self.tables = {n: self._state_table(table_name(n), n) for n in cluster.partition_counts}
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
+        self.ledger_tables = {n: self._state_table(ledger_table_name(n), n) for n in ledger_partition_counts(cluster)}
+        self._ledger_of_topic = {t.name: self.ledger_tables[t.partitions] for t in cluster.topics
+                                 if t.compaction_lag_ms is not None}
+        self._changelogs = state_changelogs(settings.app_id, cluster)
         self.recent = RecentIncidents(settings.recent_incidents)
         self.runs = FaultRunLog(log)
         self.stats = WorkerStats()
@@ -129,8 +154,8 @@ class ValidationWorker:
         self._schema_judged: set[tuple[str, int, str, int]] = set()
         self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
 
-    def _state_table(self, partitions: int) -> StateTable:
-        changelog = changelog_topic_name(self.settings.app_id, partitions)
+    def _state_table(self, name: str, partitions: int) -> StateTable:
+        changelog = f"{self.settings.app_id}-{name}-changelog"
         recovery = self.app.tables.recovery
 
         async def on_changelog_event(event: EventT) -> None:
@@ -139,11 +164,11 @@ class ValidationWorker:
             self.restore.on_record(message.topic, message.partition, message.offset, message.value, highwater)
 
         table = self.app.Table(
-            table_name(partitions),
+            name,
             partitions=partitions,
             key_type=bytes,
             value_type=bytes,
-            help=f"kdiv validator state of the watched topics with {partitions} partitions",
+            help=f"kdiv validator {name} of the watched topics with {partitions} partitions",
             on_changelog_event=on_changelog_event,
         )
         if table.changelog_topic.get_topic_name() != changelog:
@@ -178,8 +203,7 @@ class ValidationWorker:
             await asyncio.sleep(1.0)
             if self.restore.new_ids:
                 self.restore.new_ids = False
-                for n in self.tables:
-                    changelog = changelog_topic_name(self.settings.app_id, n)
+                for changelog in self._changelogs:
                     await self._report_state_findings(await self.state_check.check(changelog, self.restore.first_offsets(changelog)))
             now = self.clock() / 1000
             if self.state_check.open and now - last_recheck >= recheck_s:
@@ -338,6 +362,12 @@ class ValidationWorker:
         # Acknowledged before the state that accounts for them is written: a crash
         # between the two re-emits them under the same keys, never loses them.
         await self._send_incidents(incidents)
+        ledger_writes = self.live.take_ledger_writes(*tp)
+        if ledger_writes:
+            ledger = self._ledger_of_topic[tp[0]]
+            with writing_for(event):
+                for key, value in ledger_writes:
+                    ledger[key] = value
         writes = self.live.take_writes(*tp)
         if writes is None:
             return

@@ -17,6 +17,7 @@ import json
 import fastavro
 
 from .faults import Verdict
+from .ledger import KeyValidation
 from .segment import Segment
 from .validator import PartitionValidation
 from .wire import ChecksumType
@@ -57,14 +58,31 @@ _PARTITION_STATE = {
     ],
 }
 
-# Table values of both kinds share one changelog topic, hence one Schema Registry subject:
-# the registered schema is the union of the two records (TopicNameStrategy allows a
-# top-level union). Evolve it by adding fields with defaults; values written with an
-# older registered version are read through Avro schema resolution into this one.
-STATE_SCHEMA_JSON = json.dumps([_PARTITION_STATE, _PRODUCER_STATE], separators=(",", ":"))
-STATE_SCHEMA = fastavro.parse_schema([_PARTITION_STATE, _PRODUCER_STATE])
+_KEY_VALIDATION = {
+    "type": "record",
+    "name": "KeyValidation",
+    "namespace": "kdiv.state",
+    "fields": [
+        {"name": "offset", "type": "long"},
+        {"name": "timestamp", "type": "long"},
+        {"name": "crc", "type": "long"},
+        {"name": "tombstone", "type": "boolean"},
+        {"name": "producer", "type": ["null", "bytes"], "default": None},
+        {"name": "segment", "type": ["null", "long"], "default": None},
+        {"name": "seq", "type": ["null", "long"], "default": None},
+    ],
+}
+
+# Table values of every kind share one registered schema, the union of the records
+# (TopicNameStrategy allows a top-level union): partition and producer state share a
+# changelog, and the key ledger's changelog carries the same schema so one id serves all.
+# Evolve it by adding fields with defaults or union branches; values written with an older
+# registered version are read through Avro schema resolution into this one.
+STATE_SCHEMA_JSON = json.dumps([_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION], separators=(",", ":"))
+STATE_SCHEMA = fastavro.parse_schema([_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION])
 PARTITION_STATE_NAME = "kdiv.state.PartitionState"
 PRODUCER_STATE_NAME = "kdiv.state.ProducerPartitionState"
+KEY_VALIDATION_NAME = "kdiv.state.KeyValidation"
 _SIGN = 1 << 63
 _WRAP = 1 << 64
 
@@ -79,8 +97,8 @@ def _write(name: str, fields: dict) -> bytes:
     return out.getvalue()
 
 
-def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | PartitionValidation:
-    """A producer's Segment or a partition's PartitionValidation from an Avro body."""
+def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | PartitionValidation | KeyValidation:
+    """A producer's Segment, a partition's PartitionValidation or a key's KeyValidation."""
     if not body:
         raise StateDecodeError("empty state value")
     try:
@@ -93,21 +111,36 @@ def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | Partition
         return _segment_of(fields)
     if name == PARTITION_STATE_NAME:
         return _partition_of(fields)
-    raise StateDecodeError(f"state value is a {name}, neither partition nor producer state")
+    if name == KEY_VALIDATION_NAME:
+        return KeyValidation(**fields)
+    raise StateDecodeError(f"state value is a {name}, not a kind of kdiv state")
 
 
 def decode_segment(body: bytes, writer_schema=STATE_SCHEMA) -> Segment:
     state = decode_state(body, writer_schema)
     if not isinstance(state, Segment):
-        raise StateDecodeError("expected producer state, found partition state")
+        raise StateDecodeError(f"expected producer state, found {type(state).__name__}")
     return state
 
 
 def decode_partition(body: bytes, writer_schema=STATE_SCHEMA) -> PartitionValidation:
     state = decode_state(body, writer_schema)
     if not isinstance(state, PartitionValidation):
-        raise StateDecodeError("expected partition state, found producer state")
+        raise StateDecodeError(f"expected partition state, found {type(state).__name__}")
     return state
+
+
+def encode_key_validation(entry: KeyValidation) -> bytes:
+    return _write(KEY_VALIDATION_NAME, {
+        "offset": entry.offset,
+        "timestamp": entry.timestamp,
+        # record_crc is unsigned 32-bit: it fits a long as it is.
+        "crc": entry.crc,
+        "tombstone": entry.tombstone,
+        "producer": entry.producer,
+        "segment": entry.segment,
+        "seq": entry.seq,
+    })
 
 
 def encode_segment(segment: Segment) -> bytes:

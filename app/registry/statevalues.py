@@ -12,7 +12,16 @@ from collections.abc import Mapping
 
 import fastavro
 
-from ..div.codec import STATE_SCHEMA, STATE_SCHEMA_JSON, StateDecodeError, decode_state, encode_partition, encode_segment
+from ..div.codec import (
+    STATE_SCHEMA,
+    STATE_SCHEMA_JSON,
+    StateDecodeError,
+    decode_state,
+    encode_key_validation,
+    encode_partition,
+    encode_segment,
+)
+from ..div.ledger import KeyValidation
 from ..div.segment import Segment
 from ..div.validator import PartitionValidation
 from .framing import FramingError, frame, unframe
@@ -44,11 +53,16 @@ class StateValues:
         except Exception as bad:  # json and fastavro raise several types
             raise StateDecodeError(f"schema id {schema_id} is not a usable Avro schema: {bad!r}") from None
 
-    def encode(self, state: Segment | PartitionValidation) -> bytes:
-        body = encode_segment(state) if isinstance(state, Segment) else encode_partition(state)
+    def encode(self, state: Segment | PartitionValidation | KeyValidation) -> bytes:
+        if isinstance(state, Segment):
+            body = encode_segment(state)
+        elif isinstance(state, KeyValidation):
+            body = encode_key_validation(state)
+        else:
+            body = encode_partition(state)
         return frame(self.schema_id, body)
 
-    def decode(self, raw: bytes) -> Segment | PartitionValidation:
+    def decode(self, raw: bytes) -> Segment | PartitionValidation | KeyValidation:
         try:
             schema_id, body = unframe(raw)
         except FramingError as bad:

@@ -1,0 +1,87 @@
+"""The key ledger: what the worker keeps per key of a compacted topic for reconciliation."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.div.codec import StateDecodeError, decode_state
+from app.div.ledger import KeyValidation, at_rest_crc, key_validation_of, ledger_key, parse_ledger_key
+from app.div.validator import DataIntegrityValidator, TopicPolicy
+from app.div.wire import Kind
+from app.live import LiveValidation
+from app.registry.framing import unframe
+from app.registry.statevalues import StateValues
+from tests.streams import GUID_A, NOW, Log
+
+
+def live_for(compacted: set[str]) -> LiveValidation:
+    validator = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=0 if topic in compacted else None))
+    live = LiveValidation(validator, StateValues(7), ledger_topics=frozenset(compacted))
+    return live
+
+
+def ledger_after(live: LiveValidation, topic: str, partition: int = 0) -> dict[bytes, KeyValidation]:
+    values = StateValues(7)
+    out = {}
+    for key, value in live.take_ledger_writes(topic, partition):
+        got_topic, got_partition, record_key = parse_ledger_key(key)
+        assert (got_topic, got_partition) == (topic, partition)
+        out[record_key] = values.decode(value)
+    return out
+
+
+def test_ledger_keeps_the_last_record_per_key_of_compacted_topics_only():
+    log = Log("orders")
+    records = [
+        log.control(Kind.START_OF_SEGMENT, 0, 0),
+        log.data(0, 1, key=b"a", value=b"1"),
+        log.data(0, 2, key=b"b|x", value=b"2"),
+        log.data(0, 3, key=b"a", value=b"3"),
+        log.add(b"b|x", None, ()),  # an unstamped tombstone
+        log.add(None, b"keyless", ()),
+    ]
+    live = live_for({"orders"})
+    live.load("orders", 0, [])
+    for record in records:
+        live.process(record, NOW)
+    ledger = ledger_after(live, "orders")
+    assert set(ledger) == {b"a", b"b|x"}  # no control record, no keyless record
+    assert ledger[b"a"] == KeyValidation(3, NOW, at_rest_crc(b"a", b"3"), False, GUID_A, 0, 3)
+    assert ledger[b"b|x"] == KeyValidation(4, NOW, at_rest_crc(b"b|x", None), True)
+    assert live.take_ledger_writes("orders", 0) == []  # taken once
+
+    other = Log("events")
+    plain = live_for(set())
+    plain.load("events", 0, [])
+    plain.process(other.data(0, 1, key=b"a"), NOW)
+    assert plain.take_ledger_writes("events", 0) == []
+
+
+def test_replays_write_their_entry_again():
+    """A crash can save the partition state but not the ledger's record: replays fill it in."""
+    log = Log("orders")
+    records = [log.control(Kind.START_OF_SEGMENT, 0, 0), log.data(0, 1, key=b"a", value=b"1")]
+    first = live_for({"orders"})
+    first.load("orders", 0, [])
+    for record in records:
+        first.process(record, NOW)
+    saved = first.take_writes("orders", 0).in_order()
+
+    restarted = live_for({"orders"})
+    restarted.load("orders", 0, saved)
+    assert [restarted.process(r, NOW) for r in records] == [None, None]  # replays, not judged again
+    assert ledger_after(restarted, "orders")[b"a"].offset == 1
+
+
+def test_ledger_values_share_the_state_schema_and_say_what_they_are():
+    values = StateValues(7)
+    entry = KeyValidation(5, NOW, 0xFFFFFFFF, False, GUID_A, 2**32 - 1, 2**32 - 1)
+    raw = values.encode(entry)
+    assert unframe(raw)[0] == 7
+    assert values.decode(raw) == entry
+    assert key_validation_of(Log("t").add(None, b"v", ())) is None
+    with pytest.raises(StateDecodeError):
+        decode_state(b"\x06garbage")
+    with pytest.raises(ValueError, match="not topic"):
+        parse_ledger_key(b"no-separators")
+    assert parse_ledger_key(ledger_key("t", 3, b"a|b|c")) == ("t", 3, b"a|b|c")
