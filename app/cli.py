@@ -267,3 +267,28 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
 
 if __name__ == "__main__":
     main()
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--master", default="local[2]", show_default=True, help="Spark master (local[N], spark://host:7077, yarn, k8s://...).")
+@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", help="Spark configuration, repeatable.")
+@click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
+def reconcile(master: str, spark_conf: tuple[str, ...], job_args: tuple[str, ...]) -> None:
+    """Nightly reconciliation through spark-submit: tables vs topics at rest, state schemas vs the registry.
+
+    Every other option goes to the job (`kdiv reconcile -- --help` lists them), e.g.
+    `kdiv reconcile --out reports --topics orders`. Exit status: 0 clean, 1 discrepancies,
+    2 failure.
+    """
+    from reconcile.submit import SubmitError, run
+
+    conf = {}
+    for item in spark_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        conf[key] = value
+    try:
+        sys.exit(run(master, list(job_args), conf))
+    except SubmitError as missing:
+        raise click.ClickException(str(missing)) from None

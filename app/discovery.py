@@ -83,13 +83,17 @@ def admin_client(settings: Settings) -> AIOKafkaAdminClient:
     )
 
 
-async def discover(settings: Settings, *, wait_s: float | None = None) -> ClusterView:
-    """Resolve the watched topics, waiting until they exist (forever when wait_s is None)."""
+async def discover(settings: Settings, *, wait_s: float | None = None, create_incidents: bool = True) -> ClusterView:
+    """Resolve the watched topics, waiting until they exist (forever when wait_s is None).
+
+    `create_incidents`: create the incidents topic if missing (a worker writes it; a
+    read-only job must not create topics)."""
     admin = admin_client(settings)
     await admin.start()
     try:
         tansu = await detect_tansu(admin)
-        await _ensure_incident_topic(admin, settings)
+        if create_incidents:
+            await _ensure_incident_topic(admin, settings)
         started = last_log = time.monotonic()
         while True:
             counts = await _partition_counts(admin, settings)

@@ -25,7 +25,10 @@ from app.registry.framing import FramingError, unframe
 PARTITION = "partition"
 PRODUCER = "producer"
 KEY = "key"
+# Framed with a known schema, yet not kdiv state: a finding of its own.
 UNREADABLE = "unreadable"
+# Not framed, or framed with an id the registry does not know: the schema check reports these.
+UNDECODED = "undecoded"
 
 STATE_ROWS = StructType([
     StructField("kind", StringType(), False),
@@ -92,9 +95,9 @@ def _decode_row(entry: dict, values, usable: set[int]) -> dict:
     try:
         schema_id, _body = unframe(raw)
     except FramingError as bad:
-        return _row(UNREADABLE, entry, error=f"value is not Confluent-framed: {bad}")
+        return _row(UNDECODED, entry, error=f"value is not Confluent-framed: {bad}")
     if schema_id not in usable:
-        return _row(UNREADABLE, entry, schema_id=schema_id,
+        return _row(UNDECODED, entry, schema_id=schema_id,
                     error=f"schema id {schema_id} has no writer schema (unknown to the registry)")
     try:
         state = values.decode(raw)

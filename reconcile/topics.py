@@ -51,22 +51,25 @@ def keyed_data(records: DataFrame) -> DataFrame:
     return records.where(F.col("key").isNotNull() & (F.col("div_kind").isNull() | (F.col("div_kind") == int(Kind.DATA))))
 
 
-def latest_per_key(records: DataFrame) -> DataFrame:
-    """Per (topic, partition, key) the record with the highest offset, tombstones included:
-    what compaction keeps (and, for a topic never compacted, what it would keep)."""
-    latest = records.groupBy("topic", "partition", "key").agg(
-        F.max(F.struct("offset", "timestamp", "value", "producer", "segment", "seq")).alias("r")
+def at_rest_view(records: DataFrame) -> DataFrame:
+    """What the comparisons need of each record, values reduced to their CRC32 so the view
+    is small enough to keep for the several aggregations that read it."""
+    return with_div_fields(records).select(
+        "topic", "partition", "key", "offset",
+        F.unix_millis("timestamp").alias("timestamp_ms"),
+        at_rest_crc(F.col("key"), F.col("value")).alias("crc"),
+        F.col("value").isNull().alias("tombstone"),
+        "div_kind", "producer", "segment", "seq",
     )
-    return latest.select(
-        "topic", "partition", "key",
-        F.col("r.offset").alias("offset"),
-        (F.unix_millis(F.col("r.timestamp"))).alias("timestamp_ms"),
-        at_rest_crc(F.col("key"), F.col("r.value")).alias("crc"),
-        F.col("r.value").isNull().alias("tombstone"),
-        F.col("r.producer").alias("producer"),
-        F.col("r.segment").alias("segment"),
-        F.col("r.seq").alias("seq"),
+
+
+def latest_per_key(view: DataFrame) -> DataFrame:
+    """Per (topic, partition, key) of an `at_rest_view`, the record with the highest offset,
+    tombstones included: what compaction keeps (or would keep, for a topic not compacted)."""
+    latest = view.groupBy("topic", "partition", "key").agg(
+        F.max(F.struct("offset", "timestamp_ms", "crc", "tombstone", "producer", "segment", "seq")).alias("r")
     )
+    return latest.select("topic", "partition", "key", "r.*")
 
 
 def highest_sequences(records: DataFrame) -> DataFrame:

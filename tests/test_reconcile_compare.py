@@ -20,7 +20,7 @@ from app.registry.statevalues import StateValues
 from reconcile.compare import compare_keys, compare_sequences
 from reconcile.findings import DIVERGED, LOST, SEQUENCE_BEHIND, UNVALIDATED
 from reconcile.state import decoded_state
-from reconcile.topics import highest_sequences, keyed_data, latest_per_key, with_div_fields
+from reconcile.topics import at_rest_view, highest_sequences, keyed_data, latest_per_key
 from tests.streams import GUID_A, NOW, Log, corrupt_value
 
 KAFKA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -63,7 +63,7 @@ def validated_state(spark, records):
 
 def reconcile(spark, validated, at_rest):
     state = validated_state(spark, validated)
-    records = with_div_fields(spark.createDataFrame(kafka_rows(at_rest), KAFKA_DDL))
+    records = at_rest_view(spark.createDataFrame(kafka_rows(at_rest), KAFKA_DDL))
     latest = latest_per_key(keyed_data(records.where(records.topic == COMPACTED)))
     keys = compare_keys(latest, state, [COMPACTED])
     sequences, behind = compare_sequences(highest_sequences(records), state, [COMPACTED])

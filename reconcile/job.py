@@ -1,0 +1,289 @@
+"""The nightly reconciliation: `spark-submit reconcile/job.py [options]`, or `kdiv reconcile`.
+
+1. Snapshot: the changelogs' end offsets are taken first, then the watched topics': every
+   record the tables mention then lies inside the topics' snapshot. The snapshot is saved
+   beside the report; `--snapshot FILE` runs again on exactly those offsets.
+2. Read the changelogs and the topics through kdiv's Kafka data source (or Spark's own).
+3. Compare: key ledger vs compacted topics, producer state vs every topic, schema ids of
+   all restorable state vs the registry.
+4. Report into OUT/<snapshot time>/: summary.json, discrepancies/ (Parquet by topic and
+   class), sequences/, report.html, snapshot.json, kdiv_reconcile.prom.
+
+Settings are the worker's (`KDIV_*`, README); options override them. Exit status: 0 clean,
+1 discrepancies, 2 failure (the report then names the error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file by spark-submit: the project root holds `app` and `reconcile`.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.discovery import discover, run_in_own_loop  # noqa: E402
+from app.registry.client import RegistryError, SchemaRegistry  # noqa: E402
+from app.settings import Settings, SettingsError  # noqa: E402
+from app.worker import state_changelogs  # noqa: E402
+
+log = logging.getLogger("kdiv.reconcile")
+
+EXIT_CLEAN, EXIT_DISCREPANCIES, EXIT_FAILED = 0, 1, 2
+SNAPSHOT_JSON = "snapshot.json"
+PROM_FILE = "kdiv_reconcile.prom"
+KAFKA_SOURCES = ("auto", "python", "spark")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="reconcile/job.py",
+        description="Reconcile kdiv's validator tables with the topics at rest, and restored state with the "
+                    "Schema Registry. Settings come from KDIV_* variables; options override them.")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (KDIV_BOOTSTRAP)")
+    parser.add_argument("--app-id", help="the worker's application id, which names its changelogs (KDIV_APP_ID)")
+    parser.add_argument("--topics", help="comma-separated watched topics (KDIV_TOPICS / KDIV_TOPIC_PATTERN)")
+    parser.add_argument("--out", default="reconcile-reports", type=Path,
+                        help="reports land in OUT/<snapshot time, UTC>/ (default: reconcile-reports)")
+    parser.add_argument("--snapshot", type=Path, help="re-run on the offsets of an earlier run's snapshot.json")
+    parser.add_argument("--kafka-source", choices=KAFKA_SOURCES, default="auto",
+                        help="python: kdiv's data source; spark: Spark's kafka source (needs its jar); "
+                             "auto: Spark's when its jar is on the classpath (default)")
+    parser.add_argument("--max-records-per-split", type=int, default=500_000,
+                        help="kdiv's data source splits larger Kafka partitions by offset range")
+    parser.add_argument("--registry-url", help="Schema Registry URL (KDIV_SCHEMA_REGISTRY_URL)")
+    parser.add_argument("--schemas-topic", metavar="TOPIC",
+                        help="map schema ids to subjects by replaying the registry's topic (e.g. _schemas) "
+                             "instead of asking its REST API")
+    parser.add_argument("--rocksdb", type=Path, metavar="DIR",
+                        help="also check state in a worker's RocksDB directory (a copy of its KDIV_DATA_DIR)")
+    parser.add_argument("--repair", action="store_true",
+                        help="register the state schema ids found under the wrong subject, printing each first")
+    parser.add_argument("--textfile", type=Path, metavar="FILE",
+                        help="also write the gauges here (node_exporter's textfile collector directory)")
+    parser.add_argument("--pushgateway", metavar="URL", help="also push the gauges to this Prometheus Pushgateway")
+    parser.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace, environ) -> Settings:
+    env = dict(environ)
+    for option, variable in (("bootstrap", "KDIV_BOOTSTRAP"), ("app_id", "KDIV_APP_ID"), ("topics", "KDIV_TOPICS"),
+                             ("registry_url", "KDIV_SCHEMA_REGISTRY_URL")):
+        value = getattr(args, option)
+        if value:
+            env[variable] = value
+    if args.topics:
+        env.pop("KDIV_TOPIC_PATTERN", None)
+    return Settings.from_env(env)
+
+
+def report_dir(out: Path, taken_at_ms: int) -> Path:
+    return out / datetime.fromtimestamp(taken_at_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+
+
+class Reconciliation:
+    """One run; `run()` returns the exit status."""
+
+    def __init__(self, args: argparse.Namespace, settings: Settings, spark, say=print) -> None:
+        self.args = args
+        self.settings = settings
+        self.spark = spark
+        self.say = say
+        self.loop = asyncio.new_event_loop()
+        self.registry: SchemaRegistry | None = None
+
+    def _await(self, coroutine):
+        return self.loop.run_until_complete(coroutine)
+
+    def run(self) -> tuple[int, Path | None]:
+        from .findings import FINDINGS_SCHEMA
+        from .kafka_source import read_topics
+        from .prometheus import push, write_textfile
+        from .report import write_failure_report, write_report
+
+        started = time.time()
+        summary: dict = {"app_id": self.settings.app_id, "started_at_ms": int(started * 1000)}
+        out_dir = None
+        try:
+            cluster = run_in_own_loop(discover(self.settings, wait_s=0, create_incidents=False))
+            topics = [t.name for t in cluster.topics]
+            compacted = [t.name for t in cluster.topics if t.compaction_lag_ms is not None]
+            changelogs = state_changelogs(self.settings.app_id, cluster)
+            snapshot = self._snapshot(changelogs, topics)
+            out_dir = report_dir(self.args.out, snapshot.taken_at_ms)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / SNAPSHOT_JSON).write_text(snapshot.to_json())
+            summary.update(topics=topics, compacted_topics=compacted, changelogs=changelogs,
+                           snapshot={"taken_at_ms": snapshot.taken_at_ms, "records_planned": snapshot.records_planned,
+                                     "file": SNAPSHOT_JSON})
+            librdkafka = {"bootstrap.servers": self.settings.bootstrap,
+                          **self.settings.kafka_security.librdkafka_config()}
+
+            def read(names):
+                return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=self.args.kafka_source,
+                                   max_records_per_split=self.args.max_records_per_split)
+
+            findings, sequences, stats = self._compare(read, changelogs, topics, compacted)
+            summary.update(stats)
+            summary["finished_at_ms"] = int(time.time() * 1000)
+            summary["duration_s"] = round(time.time() - started, 3)
+            files = write_report(findings if findings is not None else self.spark.createDataFrame([], FINDINGS_SCHEMA),
+                                 sequences, summary, out_dir)
+            summary = files.summary
+            code = EXIT_DISCREPANCIES if summary["status"] == "discrepancies" else EXIT_CLEAN
+        except Exception as failure:  # the job's one place that turns any failure into a report
+            log.debug("reconciliation failed", exc_info=True)
+            summary.update(error=f"{type(failure).__name__}: {failure}", finished_at_ms=int(time.time() * 1000),
+                           duration_s=round(time.time() - started, 3))
+            self.say(f"reconciliation failed: {summary['error']}", err=True)
+            if not isinstance(failure, (SettingsError, RegistryError, LookupError, ValueError, OSError)):
+                traceback.print_exc()
+            out_dir = out_dir or self.args.out / "failed"
+            summary = write_failure_report(summary, out_dir).summary
+            code = EXIT_FAILED
+        summary["exit_code"] = code
+        write_textfile(summary, out_dir / PROM_FILE)
+        if self.args.textfile:
+            write_textfile(summary, self.args.textfile)
+        if self.args.pushgateway:
+            try:
+                push(summary, self.args.pushgateway)
+            except OSError as unreachable:
+                self.say(f"cannot push to {self.args.pushgateway}: {unreachable}", err=True)
+        self.say(f"{summary['status']}: report in {out_dir}", err=False)
+        self.loop.close()
+        return code, out_dir
+
+    def _snapshot(self, changelogs: list[str], topics: list[str]):
+        from .snapshot import Snapshot, take_snapshot
+
+        if self.args.snapshot:
+            return Snapshot.from_json(self.args.snapshot.read_text())
+        security = self.settings.kafka_security
+        # Changelogs first: a table can then only mention records inside the topics' snapshot.
+        tables = take_snapshot(self.settings.bootstrap, changelogs, security=security, missing_ok=True)
+        watched = take_snapshot(self.settings.bootstrap, topics, security=security)
+        return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
+
+    def _compare(self, read, changelogs, topics, compacted):
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from .compare import compare_keys, compare_sequences
+        from .findings import FINDINGS_SCHEMA
+        from .findings import UNREADABLE as UNREADABLE_CLASS
+        from .schemas import judge_uses, local_store_uses, schema_id_uses
+        from .state import UNDECODED, UNREADABLE, decoded_state
+        from .topics import at_rest_view, highest_sequences, keyed_data, latest_per_key
+
+        changelog_records = read(changelogs).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            directory = self._directory(read)
+            uses = schema_id_uses(changelog_records)
+            if self.args.rocksdb:
+                uses += local_store_uses(self.args.rocksdb, self.settings.app_id)
+            schema_findings = judge_uses(uses, directory)
+            writer_schemas = {}
+            for schema_id in sorted({u.schema_id for u in uses if u.schema_id is not None}):
+                text = directory.schema_text(schema_id)
+                if text is not None:
+                    writer_schemas[schema_id] = text
+            state = decoded_state(changelog_records, writer_schemas).persist(StorageLevel.MEMORY_AND_DISK)
+            view = at_rest_view(read(topics)).persist(StorageLevel.MEMORY_AND_DISK)
+            records_read = {r["topic"]: r["n"] for r in view.groupBy("topic").agg(F.count(F.lit(1)).alias("n")).collect()}
+            latest = latest_per_key(keyed_data(view.where(F.col("topic").isin(compacted))))
+            key_findings = compare_keys(latest, state, compacted)
+            sequences, behind = compare_sequences(highest_sequences(view), state, compacted)
+            state_kinds = {r["kind"]: r["n"] for r in state.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()}
+            unreadable = state.where(F.col("kind") == UNREADABLE).select(
+                F.lit(UNREADABLE_CLASS).alias("class"), F.col("changelog").alias("topic"),
+                F.col("changelog_partition").alias("partition"), F.col("changelog_offset").alias("offset"),
+                F.lit(None).cast("binary").alias("key"), F.lit(None).cast("string").alias("producer"),
+                F.lit(None).cast("int").alias("segment"), F.lit(None).cast("long").alias("seq"),
+                F.lit(-1).cast("long").alias("timestamp_ms"), F.lit(1).cast("long").alias("count"),
+                F.col("schema_id"), F.lit(None).cast("string").alias("expected_subject"),
+                F.lit(None).cast("array<string>").alias("registered_subjects"), F.col("error").alias("detail"))
+            schema_rows = self.spark.createDataFrame([f.row() for f in schema_findings], FINDINGS_SCHEMA)
+            findings = key_findings.unionByName(behind).unionByName(schema_rows).unionByName(unreadable)
+            if self.args.repair:
+                self._repair(schema_findings)
+            stats = {"records_read": records_read, "state": {k: state_kinds.get(k, 0) for k in
+                                                             ("partition", "producer", "key", UNREADABLE, UNDECODED)},
+                     "registry": (f"replayed from {self.args.schemas_topic}" if self.args.schemas_topic
+                                  else self.settings.registry.url),
+                     "kafka_source": self.args.kafka_source}
+            return findings.persist(StorageLevel.MEMORY_AND_DISK), sequences, stats
+        finally:
+            changelog_records.unpersist()
+            if self.registry is not None:
+                self._await(self.registry.close())
+
+    def _directory(self, read):
+        from .schemas import ReplayedRegistry, RestRegistry
+
+        if self.args.schemas_topic:
+            from .snapshot import take_snapshot
+
+            snapshot = take_snapshot(self.settings.bootstrap, [self.args.schemas_topic],
+                                     security=self.settings.kafka_security)
+            from .kafka_source import read_topics
+            records = read_topics(self.spark, snapshot, [self.args.schemas_topic],
+                                  librdkafka={"bootstrap.servers": self.settings.bootstrap,
+                                              **self.settings.kafka_security.librdkafka_config()},
+                                  source=self.args.kafka_source)
+            rows = records.select("partition", "offset", "key", "value").orderBy("partition", "offset").collect()
+            return ReplayedRegistry((r["key"], r["value"]) for r in rows)
+        self.registry = SchemaRegistry(self.settings.registry)
+        return RestRegistry(self.registry, self._await)
+
+    def _repair(self, schema_findings) -> None:
+        from .schemas import repair, repair_lines
+
+        pairs = repair_lines(schema_findings)
+        if not pairs:
+            self.say("repair: nothing to register")
+            return
+        for schema_id, subject in pairs:
+            self.say(f"repair plan: register schema id {schema_id} under {subject}")
+        registry = SchemaRegistry(self.settings.registry)
+        try:
+            self._await(repair(registry, pairs, self.say))
+        finally:
+            self._await(registry.close())
+
+
+def _say(message: str, err: bool = False) -> None:
+    print(message, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = settings_from(args, os.environ)
+    except SettingsError as bad:
+        _say(f"bad settings: {bad}", err=True)
+        return EXIT_FAILED
+    from pyspark import SparkConf
+
+    from .session import build_session
+
+    master = args.master or SparkConf().get("spark.master", None) or "local[2]"
+    spark = build_session(master)
+    try:
+        code, _out = Reconciliation(args, settings, spark, _say).run()
+    finally:
+        spark.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
