@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -97,17 +98,20 @@ class Reconciliation:
         self.settings = settings
         self.spark = spark
         self.say = say
+        # The registry client's connections belong to one loop; a thread of its own lets the
+        # job run under a caller that has a loop running (tests, notebooks).
         self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self.loop.run_forever, name="kdiv-reconcile-io", daemon=True)
+        self._loop_thread.start()
         self.registry: SchemaRegistry | None = None
 
     def _await(self, coroutine):
-        return self.loop.run_until_complete(coroutine)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def run(self) -> tuple[int, Path | None]:
-        from .findings import FINDINGS_SCHEMA
-        from .kafka_source import read_topics
-        from .prometheus import push, write_textfile
-        from .report import write_failure_report, write_report
+        from reconcile.kafka_source import read_topics
+        from reconcile.prometheus import push, write_textfile
+        from reconcile.report import write_failure_report, write_report
 
         started = time.time()
         summary: dict = {"app_id": self.settings.app_id, "started_at_ms": int(started * 1000)}
@@ -133,23 +137,20 @@ class Reconciliation:
 
             findings, sequences, stats = self._compare(read, changelogs, topics, compacted)
             summary.update(stats)
-            summary["finished_at_ms"] = int(time.time() * 1000)
-            summary["duration_s"] = round(time.time() - started, 3)
-            files = write_report(findings if findings is not None else self.spark.createDataFrame([], FINDINGS_SCHEMA),
-                                 sequences, summary, out_dir)
-            summary = files.summary
-            code = EXIT_DISCREPANCIES if summary["status"] == "discrepancies" else EXIT_CLEAN
+            code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
+            summary.update(exit_code=code, finished_at_ms=int(time.time() * 1000),
+                           duration_s=round(time.time() - started, 3))
+            summary = write_report(findings, sequences, summary, out_dir).summary
         except Exception as failure:  # the job's one place that turns any failure into a report
             log.debug("reconciliation failed", exc_info=True)
+            code = EXIT_FAILED
             summary.update(error=f"{type(failure).__name__}: {failure}", finished_at_ms=int(time.time() * 1000),
-                           duration_s=round(time.time() - started, 3))
+                           duration_s=round(time.time() - started, 3), exit_code=code)
             self.say(f"reconciliation failed: {summary['error']}", err=True)
             if not isinstance(failure, (SettingsError, RegistryError, LookupError, ValueError, OSError)):
                 traceback.print_exc()
-            out_dir = out_dir or self.args.out / "failed"
+            out_dir = out_dir or report_dir(self.args.out, int(started * 1000))
             summary = write_failure_report(summary, out_dir).summary
-            code = EXIT_FAILED
-        summary["exit_code"] = code
         write_textfile(summary, out_dir / PROM_FILE)
         if self.args.textfile:
             write_textfile(summary, self.args.textfile)
@@ -159,17 +160,23 @@ class Reconciliation:
             except OSError as unreachable:
                 self.say(f"cannot push to {self.args.pushgateway}: {unreachable}", err=True)
         self.say(f"{summary['status']}: report in {out_dir}", err=False)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join()
         self.loop.close()
         return code, out_dir
 
     def _snapshot(self, changelogs: list[str], topics: list[str]):
-        from .snapshot import Snapshot, take_snapshot
+        from reconcile.snapshot import Snapshot, take_snapshot
 
         if self.args.snapshot:
             return Snapshot.from_json(self.args.snapshot.read_text())
         security = self.settings.kafka_security
         # Changelogs first: a table can then only mention records inside the topics' snapshot.
         tables = take_snapshot(self.settings.bootstrap, changelogs, security=security, missing_ok=True)
+        if not tables.ranges:
+            # A wrong application id would otherwise compare nothing and call it clean.
+            raise LookupError(f"none of the changelogs of application {self.settings.app_id!r} exists "
+                              f"({', '.join(changelogs)}): is the application id right?")
         watched = take_snapshot(self.settings.bootstrap, topics, security=security)
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
 
@@ -177,12 +184,12 @@ class Reconciliation:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        from .compare import compare_keys, compare_sequences
-        from .findings import FINDINGS_SCHEMA
-        from .findings import UNREADABLE as UNREADABLE_CLASS
-        from .schemas import judge_uses, local_store_uses, schema_id_uses
-        from .state import UNDECODED, UNREADABLE, decoded_state
-        from .topics import at_rest_view, highest_sequences, keyed_data, latest_per_key
+        from reconcile.compare import compare_keys, compare_sequences
+        from reconcile.findings import FINDINGS_SCHEMA
+        from reconcile.findings import UNREADABLE as UNREADABLE_CLASS
+        from reconcile.schemas import judge_uses, local_store_uses, schema_id_uses
+        from reconcile.state import UNDECODED, UNREADABLE, decoded_state
+        from reconcile.topics import at_rest_view, highest_sequences, keyed_data, latest_per_key
 
         changelog_records = read(changelogs).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -227,14 +234,14 @@ class Reconciliation:
                 self._await(self.registry.close())
 
     def _directory(self, read):
-        from .schemas import ReplayedRegistry, RestRegistry
+        from reconcile.schemas import ReplayedRegistry, RestRegistry
 
         if self.args.schemas_topic:
-            from .snapshot import take_snapshot
+            from reconcile.snapshot import take_snapshot
 
             snapshot = take_snapshot(self.settings.bootstrap, [self.args.schemas_topic],
                                      security=self.settings.kafka_security)
-            from .kafka_source import read_topics
+            from reconcile.kafka_source import read_topics
             records = read_topics(self.spark, snapshot, [self.args.schemas_topic],
                                   librdkafka={"bootstrap.servers": self.settings.bootstrap,
                                               **self.settings.kafka_security.librdkafka_config()},
@@ -245,7 +252,7 @@ class Reconciliation:
         return RestRegistry(self.registry, self._await)
 
     def _repair(self, schema_findings) -> None:
-        from .schemas import repair, repair_lines
+        from reconcile.schemas import repair, repair_lines
 
         pairs = repair_lines(schema_findings)
         if not pairs:
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     from pyspark import SparkConf
 
-    from .session import build_session
+    from reconcile.session import build_session
 
     master = args.master or SparkConf().get("spark.master", None) or "local[2]"
     spark = build_session(master)
@@ -285,5 +292,16 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _main_guarded() -> int:
+    # Python exits 1 on an uncaught exception, which would read as "discrepancies".
+    try:
+        return main()
+    except SystemExit:
+        raise
+    except BaseException:  # noqa: BLE001 - anything unforeseen is a failure, status 2
+        traceback.print_exc()
+        return EXIT_FAILED
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_guarded())

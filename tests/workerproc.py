@@ -356,10 +356,12 @@ async def oracle(bootstrap: str, topic: str) -> Oracle:
     return Oracle(incidents, dict(versions), dict(validator.partitions), records)
 
 
-async def read_table(bootstrap: str, app_id: str, partitions: int) -> dict[bytes, bytes]:
-    """The state table as its changelog says (last value per key; tombstones delete)."""
+async def read_table(bootstrap: str, app_id: str, partitions: int, table: str = "state") -> dict[bytes, bytes]:
+    """A table ("state" or the "keys" ledger) as its changelog says (last value per key;
+    tombstones delete)."""
+    name = table
     table: dict[bytes, bytes] = {}
-    async for record in read_snapshot(bootstrap, f"{app_id}-state-p{partitions}-changelog"):
+    async for record in read_snapshot(bootstrap, f"{app_id}-{name}-p{partitions}-changelog"):
         if record.value is None:
             table.pop(record.key, None)
         else:
