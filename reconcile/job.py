@@ -109,7 +109,7 @@ class Reconciliation:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def run(self) -> tuple[int, Path | None]:
-        from reconcile.kafka_source import read_topics
+        from reconcile.kafka_source import read_topics, spark_kafka_available
         from reconcile.prometheus import push, write_textfile
         from reconcile.report import write_failure_report, write_report
 
@@ -131,8 +131,13 @@ class Reconciliation:
             librdkafka = {"bootstrap.servers": self.settings.bootstrap,
                           **self.settings.kafka_security.librdkafka_config()}
 
+            source = self.args.kafka_source
+            if source == "auto":
+                source = "spark" if spark_kafka_available(self.spark) else "python"
+            summary["kafka_source"] = source
+
             def read(names):
-                return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=self.args.kafka_source,
+                return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=source,
                                    max_records_per_split=self.args.max_records_per_split)
 
             findings, sequences, stats = self._compare(read, changelogs, topics, compacted)
@@ -225,8 +230,7 @@ class Reconciliation:
             stats = {"records_read": records_read, "state": {k: state_kinds.get(k, 0) for k in
                                                              ("partition", "producer", "key", UNREADABLE, UNDECODED)},
                      "registry": (f"replayed from {self.args.schemas_topic}" if self.args.schemas_topic
-                                  else self.settings.registry.url),
-                     "kafka_source": self.args.kafka_source}
+                                  else self.settings.registry.url)}
             return findings.persist(StorageLevel.MEMORY_AND_DISK), sequences, stats
         finally:
             changelog_records.unpersist()
