@@ -161,3 +161,14 @@ async def _delete_topics(bootstrap: str, names: list[str]) -> None:
         await admin.delete_topics(names)
     finally:
         await admin.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The session's one SparkSession (local[2]): starting one takes 8-9 s."""
+    # Imported here: only the Spark tests pay for loading pyspark.
+    from reconcile.session import build_session
+
+    session = build_session("local[2]")
+    yield session
+    session.stop()
