@@ -17,8 +17,9 @@ The data source's options:
 - ``topics``: JSON list of the topics to read (default: every topic of the snapshot);
 - ``librdkafka.<property>``: one librdkafka property each (``bootstrap.servers`` and the
   security settings of `app.security.KafkaSecurity.librdkafka_config`). One option per
-  property, not one JSON blob, so Spark's redaction (option names matching "password")
-  keeps secrets out of plans and logs. ``librdkafka`` (a JSON object) is accepted as well;
+  property, not one JSON blob, so that wherever Spark shows options its redaction (of
+  names matching "password") hides the secrets. ``librdkafka`` (a JSON object) is accepted
+  as well;
 - ``maxRecordsPerSplit``: offsets per input partition (default 500 000): a Kafka
   partition larger than that is read by several tasks, each an offset range;
 - ``batchRecords``: records per consume() call and Arrow batch (default 10 000);
@@ -38,6 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
@@ -204,7 +206,10 @@ class KdivKafkaDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if schema != KAFKA_SCHEMA:
-            raise ValueError(f"the {SOURCE_NAME} source has a fixed schema {KAFKA_SCHEMA.simpleString()}, got {schema.simpleString()}")
+            raise ValueError(
+                f"the {SOURCE_NAME} source has a fixed schema {KAFKA_SCHEMA.simpleString()}, "
+                f"got {schema.simpleString()}"
+            )
         return KdivKafkaReader(self.options)
 
 
@@ -213,8 +218,8 @@ class KdivKafkaReader(DataSourceReader):
         if "snapshot" not in options:
             raise ValueError(f"the {SOURCE_NAME} source needs the 'snapshot' option (Snapshot.to_json())")
         snapshot = Snapshot.from_json(options["snapshot"])
-        topics = json.loads(options["topics"]) if options.get("topics") else list(snapshot.topics)
-        self.ranges = tuple(r for r in snapshot.ranges if r.topic in set(topics))
+        topics = set(json.loads(options["topics"])) if options.get("topics") else set(snapshot.topics)
+        self.ranges = tuple(r for r in snapshot.ranges if r.topic in topics)
         self.librdkafka = librdkafka_from_options(options)
         if "bootstrap.servers" not in self.librdkafka:
             raise ValueError(f"the {SOURCE_NAME} source needs the 'librdkafka.bootstrap.servers' option")
@@ -415,8 +420,6 @@ def record_batch(messages: list, offsets: list[int], topic: str, partition: int)
 
 
 def _shift(values: pa.Int32Array, by: int) -> pa.Int32Array:
-    import pyarrow.compute as pc
-
     return pc.subtract(values, pa.scalar(by, pa.int32()))
 
 

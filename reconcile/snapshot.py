@@ -118,23 +118,24 @@ async def plan_snapshot(
     the call is in the snapshot.
     """
     # Deferred: only the driver plans, and executors importing this module need none of it.
+    from aiokafka import TopicPartition
+
     from app.consume import standalone_consumer
     from app.kafka_compat import detect_tansu, end_offsets
     from app.security import PLAINTEXT
 
     topics = [topics] if isinstance(topics, str) else list(dict.fromkeys(topics))
-    optional = set(topics) if missing_ok is True else set(missing_ok or ())
+    if missing_ok is True:
+        optional = set(topics)
+    else:
+        optional = {missing_ok} if isinstance(missing_ok, str) else set(missing_ok or ())
     consumer = standalone_consumer(bootstrap, security=security or PLAINTEXT)
     await consumer.start()
     try:
-        # Taken before the offsets: every record in the snapshot was written before it.
-        taken_at_ms = clock_ms()
         known = await consumer.topics()  # refreshes metadata for every topic
         absent = [t for t in topics if t not in known and t not in optional]
         if absent:
             raise LookupError(f"topic(s) {', '.join(map(repr, absent))} do not exist on {bootstrap}")
-        from aiokafka import TopicPartition
-
         tps = [
             TopicPartition(topic, partition)
             for topic in topics
@@ -142,10 +143,12 @@ async def plan_snapshot(
             for partition in sorted(consumer.partitions_for_topic(topic) or ())
         ]
         missing = tuple(t for t in topics if t not in known)
-        if not tps:
-            return Snapshot(taken_at_ms, (), missing)
-        starts = await consumer.beginning_offsets(tps)
-        ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
+        starts, ends = {}, {}
+        if tps:
+            starts = await consumer.beginning_offsets(tps)
+            ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
+        # After the end offsets: every record in the snapshot was written before this time.
+        taken_at_ms = clock_ms()
     finally:
         await consumer.stop()
     return Snapshot(

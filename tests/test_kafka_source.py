@@ -262,7 +262,8 @@ def test_missing_and_empty_topics_read_as_empty_frames_with_the_schema(spark, bo
     with pytest.raises(LookupError, match=absent):
         take_snapshot(bootstrap, [empty, absent])
 
-    snapshot = take_snapshot(bootstrap, [empty, absent], missing_ok=[absent])
+    snapshot = take_snapshot(bootstrap, [empty, absent], missing_ok=[absent], clock_ms=lambda: 1234)
+    assert snapshot.taken_at_ms == 1234
     assert snapshot.topics == (empty,)
     assert snapshot.missing == (absent,)
     assert snapshot.records_planned == 0
