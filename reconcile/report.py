@@ -101,9 +101,8 @@ _BIN_WIDTHS_MS = (
     6 * _HOUR_MS, 12 * _HOUR_MS, _DAY_MS, 7 * _DAY_MS, 30 * _DAY_MS, 365 * _DAY_MS,
 )
 
-# Fixed id salt and no date: the SVG's bytes depend only on what it draws. Text is drawn as
-# paths (matplotlib's default) so the page needs no font, and never parsed as mathtext:
-# a "$" in a topic or detail is text.
+# Text is drawn as paths (matplotlib's default) so the page needs no font, and is never parsed
+# as mathtext: a "$" in a topic name is text. (_svg fixes the id salt and drops the date.)
 _PLOT_RC = {"svg.fonttype": "path", "text.parse_math": False, "font.size": 9}
 
 
@@ -536,10 +535,12 @@ def _render_report(summary: Mapping[str, Any], *, partition_counts: list[tuple[s
     elif total == 0:
         body.append('<p>Clean: every topic reconciled with the validator\'s tables; no finding in any class.</p>')
     else:
-        found_in = sorted(t for t, per_class in by_topic.items() if any(per_class.values()))
+        topics_found = sum(1 for per_class in by_topic.values() if any(per_class.values()))
+        classes_found = sum(1 for n in counts.values() if n)
         body.append(
             f"<p>{_int(total)} finding rows standing for {_int(sum(records.values()))} records, in "
-            f"{sum(1 for n in counts.values() if n)} classes across {len(found_in)} of {len(by_topic)} topics.</p>"
+            f"{classes_found} class{'' if classes_found == 1 else 'es'} across {topics_found} of "
+            f"{len(by_topic)} topics.</p>"
         )
 
     body += ["<h2>Run</h2>", _run_table(summary)]
@@ -565,7 +566,8 @@ def _render_report(summary: Mapping[str, Any], *, partition_counts: list[tuple[s
     topic_rows.append(("All topics", _int(sum(records_read.values())) if records_read else "—",
                        *(_int(counts[c]) for c in classes), _int(total)))
     body.append(_table(("Topic", "Records read", *classes, "All classes"), topic_rows, table_id="counts-by-topic",
-                       column_classes=dict.fromkeys(range(1, len(classes) + 3), "num"), row_classes=[""] * (len(topic_rows) - 1) + ["total"]))
+                       column_classes=dict.fromkeys(range(1, len(classes) + 3), "num"),
+                       row_classes=[""] * (len(topic_rows) - 1) + ["total"]))
 
     body.append("<h2>Findings by partition</h2>")
     if total == 0:
