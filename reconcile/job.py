@@ -104,12 +104,13 @@ class Reconciliation:
         self._loop_thread = threading.Thread(target=self.loop.run_forever, name="kdiv-reconcile-io", daemon=True)
         self._loop_thread.start()
         self.registry: SchemaRegistry | None = None
+        self.source = args.kafka_source  # resolved ("python" or "spark") when the run starts
 
     def _await(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def run(self) -> tuple[int, Path | None]:
-        from reconcile.kafka_source import read_topics, spark_kafka_available
+        from reconcile.kafka_source import resolve_source
         from reconcile.prometheus import push, write_textfile
         from reconcile.report import write_failure_report, write_report
 
@@ -128,17 +129,11 @@ class Reconciliation:
             summary.update(topics=topics, compacted_topics=compacted, changelogs=changelogs,
                            snapshot={"taken_at_ms": snapshot.taken_at_ms, "records_planned": snapshot.records_planned,
                                      "file": SNAPSHOT_JSON})
-            librdkafka = {"bootstrap.servers": self.settings.bootstrap,
-                          **self.settings.kafka_security.librdkafka_config()}
-
-            source = self.args.kafka_source
-            if source == "auto":
-                source = "spark" if spark_kafka_available(self.spark) else "python"
-            summary["kafka_source"] = source
+            self.source = resolve_source(self.spark, self.args.kafka_source)
+            summary["kafka_source"] = self.source
 
             def read(names):
-                return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=source,
-                                   max_records_per_split=self.args.max_records_per_split)
+                return self._read(snapshot, names)
 
             findings, sequences, stats = self._compare(read, changelogs, topics, compacted)
             summary.update(stats)
@@ -198,7 +193,7 @@ class Reconciliation:
 
         changelog_records = read(changelogs).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            directory = self._directory(read)
+            directory = self._directory()
             uses = schema_id_uses(changelog_records)
             if self.args.rocksdb:
                 uses += local_store_uses(self.args.rocksdb, self.settings.app_id)
@@ -237,19 +232,24 @@ class Reconciliation:
             if self.registry is not None:
                 self._await(self.registry.close())
 
-    def _directory(self, read):
+    def _read(self, snapshot, names):
+        """The snapshot's records of `names`, through the source this run resolved."""
+        from reconcile.kafka_source import read_topics
+
+        librdkafka = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka_security.librdkafka_config()}
+        return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=self.source,
+                           max_records_per_split=self.args.max_records_per_split)
+
+    def _directory(self):
         from reconcile.schemas import ReplayedRegistry, RestRegistry
 
         if self.args.schemas_topic:
             from reconcile.snapshot import take_snapshot
 
+            # The registry's log is read to its end now: it is not part of the tables' snapshot.
             snapshot = take_snapshot(self.settings.bootstrap, [self.args.schemas_topic],
                                      security=self.settings.kafka_security)
-            from reconcile.kafka_source import read_topics
-            records = read_topics(self.spark, snapshot, [self.args.schemas_topic],
-                                  librdkafka={"bootstrap.servers": self.settings.bootstrap,
-                                              **self.settings.kafka_security.librdkafka_config()},
-                                  source=self.args.kafka_source)
+            records = self._read(snapshot, [self.args.schemas_topic])
             rows = records.select("partition", "offset", "key", "value").orderBy("partition", "offset").collect()
             return ReplayedRegistry((r["key"], r["value"]) for r in rows)
         self.registry = SchemaRegistry(self.settings.registry)

@@ -15,6 +15,7 @@ from local disk instead of the changelog.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from app.registry.client import RegistryError, SchemaRegistry
 from app.registry.devstore import DevRegistryState
 from app.registry.framing import MAGIC, schema_id_of
 from app.registry.statevalues import changelog_subject
-from app.registry.subjectcheck import SchemaIdInfo, judge, record_name_of
+from app.registry.subjectcheck import SchemaIdInfo, SchemaLookups, judge, record_name_of
 
 from .findings import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNREADABLE
 
@@ -107,9 +108,6 @@ class RestRegistry:
     """The same questions over the registry's REST API (errors: RegistryError, named)."""
 
     def __init__(self, registry: SchemaRegistry, run) -> None:
-        from app.registry.subjectcheck import SchemaLookups
-        import time
-
         self.registry = registry
         self._run = run  # runs a coroutine to completion on the job's own loop
         self._lookups = SchemaLookups(registry, clock=time.monotonic, backoff_s=0.0)
