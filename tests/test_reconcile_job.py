@@ -187,6 +187,12 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     assert found_in(spark, again) == expected
     assert without_timing(json.loads((again / "summary.json").read_text())) == without_timing(summary)
 
+    # Subjects from the registry's own log instead of its REST API: the same verdicts.
+    code, replayed, _ = reconcile_in_process(spark, bootstrap, "http://127.0.0.1:1", app_id, [orders, events],
+                                             tmp_path / "replayed", "--snapshot", str(report / "snapshot.json"),
+                                             "--schemas-topic", "_schemas")
+    assert code == 1 and found_in(spark, replayed) == expected
+
     # --repair says what it registers, registers it, and the mismatch is gone.
     code, repaired, lines = reconcile_in_process(spark, bootstrap, registry_url, app_id, [orders, events],
                                                  tmp_path / "repair", "--snapshot", str(report / "snapshot.json"),
