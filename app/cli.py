@@ -9,11 +9,10 @@ import time
 from collections import Counter
 
 import click
-
-from . import __version__
-from .div.faults import Verdict
-from .div.validator import DISABLED, DataIntegrityValidator, TopicPolicy
-from .jsonl import InputError, parse_record, result_to_line
+from kdiv import __version__
+from kdiv.div.faults import Verdict
+from kdiv.div.validator import DISABLED, DataIntegrityValidator, TopicPolicy
+from kdiv.offline.jsonl import InputError, parse_record, result_to_line
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -30,8 +29,8 @@ def bootstrap_option(command):
 
 def kafka_security():
     """TLS / SASL settings from the worker's KDIV_* variables (README, "Production")."""
-    from .security import KafkaSecurity
-    from .settings import SettingsError
+    from kdiv.config.security import KafkaSecurity
+    from kdiv.config.settings import SettingsError
 
     try:
         return KafkaSecurity.from_env(os.environ)
@@ -116,7 +115,7 @@ def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | N
 @click.option("--output", "-o", type=click.File("w", encoding="utf-8"), default="-", help="Where to write (default stdout).")
 def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> None:
     """Write TOPIC, from its start to its end when the command starts, as JSON Lines for `kdiv check`."""
-    from .dump import dump_topic
+    from kdiv.offline.dump import dump_topic
 
     count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None, security=kafka_security()))
     click.echo(f"kdiv dump: {count} records from {topic}", err=True)
@@ -133,8 +132,8 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
 
     Keeps no state across runs and reads every partition itself: a quick look at a topic.
     """
-    from .consume import follow
-    from .jsonl import result_to_line
+    from kdiv.kafka.consume import follow
+    from kdiv.offline.jsonl import result_to_line
 
     validator = DataIntegrityValidator(start_in_push=phase == "push")
     security = kafka_security()
@@ -169,7 +168,7 @@ def demo(
     """Write a stamped topic and inject every fault class on a schedule."""
     import logging
 
-    from .demo import run_demo
+    from kdiv.dev.demo import run_demo
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -185,7 +184,7 @@ def demo(
 @click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True, help="Port (0: any free one).")
 def broker(host: str, port: int) -> None:
     """Run the embedded development broker (Tansu, in memory) until interrupted."""
-    from .devbroker import BrokerError, DevBroker
+    from kdiv.dev.broker import BrokerError, DevBroker
 
     try:
         DevBroker(host=host, port=port, log_level=os.environ.get("RUST_LOG", "warn")).run_forever()
@@ -202,7 +201,7 @@ def registry(bootstrap: str, host: str, port: int, topic: str) -> None:
     """Run the development Schema Registry (Confluent REST subset, Avro) until interrupted."""
     import logging
 
-    from .registry.devserver import serve
+    from kdiv.dev.registry.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -230,9 +229,10 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
     the worker, run by hand. Exit status: 0 all found where expected, 1 mismatches or
     unknown ids remain, 2 the registry or the broker could not be read.
     """
-    from .registry.client import RegistryError, SchemaRegistry
-    from .schemascan import check_topic, repair as repair_id
-    from .settings import RegistrySettings, SettingsError
+    from kdiv.config.settings import RegistrySettings, SettingsError
+    from kdiv.offline.schemascan import check_topic
+    from kdiv.offline.schemascan import repair as repair_id
+    from kdiv.registry.client import RegistryError, SchemaRegistry
 
     security = kafka_security()
 
@@ -280,7 +280,7 @@ def reconcile(master: str, spark_conf: tuple[str, ...], job_args: tuple[str, ...
     `kdiv reconcile --out reports --topics orders`. Exit status: 0 clean, 1 discrepancies,
     2 failure.
     """
-    from reconcile.submit import SubmitError, run
+    from kdiv.reconcile.submit import SubmitError, run
 
     conf = {}
     for item in spark_conf:

@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
-
-from .clock import wall_clock_ms
-from .div.stamper import DISABLED, DivStamper, OutgoingRecord
-from .div.wire import ChecksumType, Kind
-from .security import PLAINTEXT, KafkaSecurity
+from kdiv.clock import wall_clock_ms
+from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord
+from kdiv.div.wire import ChecksumType, Kind
 
 
 def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT, **options) -> AIOKafkaProducer:

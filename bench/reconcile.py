@@ -14,7 +14,7 @@ the start of each partition) is read by each stage, --repeat times, interleaved:
   plain        a bare confluent-kafka consumer, with the data source's consumer settings, reads
                the snapshot's ranges one partition at a time, touching nothing: the ceiling of
                any librdkafka-based reader;
-  datasource   `reconcile.kafka_source.read_topics(source="python")` through Spark with the
+  datasource   `kdiv.reconcile.kafka_source.read_topics(source="python")` through Spark with the
                job's kind of aggregation, the latest record per key (groupBy key: max offset,
                count), collected to the driver. Its result is checked: every record counted once,
                every key found.
@@ -50,15 +50,14 @@ if str(ROOT) not in sys.path:
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-from app.devbroker import DevBroker  # noqa: E402
-from reconcile.kafka_source import (  # noqa: E402
+from kdiv.dev.broker import DevBroker  # noqa: E402
+from kdiv.reconcile.kafka_source import (  # noqa: E402
     DEFAULT_BATCH_RECORDS,
     DEFAULT_MAX_RECORDS_PER_SPLIT,
     READER_CONSUMER_DEFAULTS,
     read_topics,
 )
-from reconcile.snapshot import PartitionRange, Snapshot, take_snapshot  # noqa: E402
+from kdiv.reconcile.snapshot import PartitionRange, Snapshot, take_snapshot  # noqa: E402
 
 DIV_HEADER_SIZE = 47
 _VALUE_POOL = 1024  # distinct values cycled through: random bytes, cheap to produce
@@ -278,7 +277,7 @@ def measure(bench: Bench, name: str, snapshot: Snapshot) -> Measurement:
 
 def build_spark(bench: Bench) -> float:
     """Starts the SparkSession; returns seconds."""
-    from reconcile.session import build_session
+    from kdiv.reconcile.session import build_session
 
     start = time.perf_counter()
     bench.spark = build_session(bench.args.master, "kdiv-bench-reconcile", {"spark.ui.showConsoleProgress": "false"})

@@ -19,9 +19,9 @@ import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from app.div.record import ConsumedRecord  # noqa: E402
-from app.div.stamper import DivStamper  # noqa: E402
-from app.div.validator import DataIntegrityValidator  # noqa: E402
+from kdiv.div.record import ConsumedRecord  # noqa: E402
+from kdiv.div.stamper import DivStamper  # noqa: E402
+from kdiv.div.validator import DataIntegrityValidator  # noqa: E402
 
 
 def build_stream(records: int, producers: int, partitions: int, value_size: int) -> list[ConsumedRecord]:

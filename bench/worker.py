@@ -17,7 +17,7 @@ then:
 
 1. the baseline: a bare aiokafka consumer (no group, every partition assigned, a getmany loop)
    reads every record of the topic; best of --runs;
-2. for each --batch-max: `faust -A app.main worker` (tables on) in a subprocess with a fresh
+2. for each --batch-max: `faust -A kdiv.worker.main worker` (tables on) in a subprocess with a fresh
    app id and data dir, timed until its consumer group (group id = app id) has committed the
    end offset of every partition (AIOKafkaAdminClient.list_consumer_group_offsets every
    --poll-s). The worker must report no incident, or the figure measures a fault path. Runs
@@ -33,7 +33,7 @@ then:
                 four new tasks (see `_fast_drain_messages`): a prototype of a fix;
      +linger    Faust's producer (changelog writes) with producer_linger=10 ms (Faust's default
                 is 0: no batching beyond what piles up while a request is in flight);
-     direct     no Faust at all on the data path: the same validator, `app.live` protocol and
+     direct     no Faust at all on the data path: the same validator, `kdiv.worker.live` protocol and
                 changelog + RocksDB writes on a plain aiokafka group consumer (`direct_worker`,
                 a prototype of the proposed design, started as `python bench/worker.py
                 --direct-worker`);
@@ -96,12 +96,11 @@ if str(ROOT) not in sys.path:
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
-
-from app.demo import ensure_topic  # noqa: E402
-from app.devbroker import DevBroker  # noqa: E402
-from app.kafka_compat import detect_tansu, end_offsets  # noqa: E402
-from app.registry.devprocess import DevRegistryProcess  # noqa: E402
-from app.writer import DivWriter  # noqa: E402
+from kdiv.dev.broker import DevBroker  # noqa: E402
+from kdiv.dev.demo import ensure_topic  # noqa: E402
+from kdiv.dev.registry.process import DevRegistryProcess  # noqa: E402
+from kdiv.kafka.tansu import detect_tansu, end_offsets  # noqa: E402
+from kdiv.writer import DivWriter  # noqa: E402
 
 BIN = Path(sys.executable).parent
 VARIANT_ENV = "KDIV_BENCH_VARIANT"
@@ -380,7 +379,7 @@ async def run_worker(
     if variant.startswith("direct"):
         command = [sys.executable, str(Path(__file__).resolve()), "--direct-worker"]
     else:
-        app_arg = "app.main" if variant == "kdiv" else "bench.worker:app"
+        app_arg = "kdiv.worker.main" if variant == "kdiv" else "bench.worker:app"
         # `faust worker` sets web_enabled from its own --with-web/--without-web flag (default:
         # with), over the app's KDIV_WEB_ENABLED=false: without it every worker binds port 6066.
         command = [str(BIN / "faust"), "-A", app_arg, "worker", "-l", "warn", "--without-web"]
@@ -486,7 +485,7 @@ def _variant_app(variant: str):
         import faust.transport.consumer as faust_consumer
 
         faust_consumer.Consumer._drain_messages = _fast_drain_messages
-    from app.main import app, worker
+    from kdiv.worker.main import app, worker
 
     if base == "noop":
         async def process_batch(events) -> None:
@@ -610,7 +609,7 @@ async def _fast_drain_messages(self, fetcher) -> None:  # pragma: no cover - run
 async def direct_worker() -> None:  # pragma: no cover - runs as the "direct" variant's process
     """What a kdiv worker costs without Faust's per-message pipeline: a prototype, not a product.
 
-    The same KDIV_* settings, validator and `app.live` write protocol, on plain aiokafka: a
+    The same KDIV_* settings, validator and `kdiv.worker.live` write protocol, on plain aiokafka: a
     consumer in group KDIV_APP_ID reads batches (getmany), each partition's records of a batch
     are one unit, validated straight from aiokafka's ConsumerRecord (it has the attributes of
     ConsumedRecord, timestamp in ms included); the unit's incidents are sent and awaited, then
@@ -625,14 +624,13 @@ async def direct_worker() -> None:  # pragma: no cover - runs as the "direct" va
     record, before `opens_unit` and `LiveValidation.process`, which each scan the header.
     """
     from aiokafka import ConsumerRebalanceListener
+    from kdiv.config.settings import Settings
+    from kdiv.div.faults import Verdict
+    from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+    from kdiv.kafka.discovery import discover
+    from kdiv.worker.incidents import incident_for
+    from kdiv.worker.live import LiveValidation
     from rocksdict import Options, Rdict, WriteBatch
-
-    from app.discovery import discover
-    from app.div.faults import Verdict
-    from app.div.validator import DataIntegrityValidator, TopicPolicy
-    from app.incidents import incident_for
-    from app.live import LiveValidation
-    from app.settings import Settings
 
     settings = Settings.from_env(os.environ)
     cluster = await discover(settings)
@@ -764,9 +762,15 @@ def lean_fast_path(live, tp: TopicPartition):  # pragma: no cover - runs in the 
     path (the same tracker call and counters, the GUID marked dirty), with one header scan
     instead of three (opens_unit, process and validate each scan and unpack it) and no
     ValidationResult. A DATA record never opens a unit, so opens_unit is not needed for it.
-    It reads private state of app.live: a bench prototype of a `LiveValidation.process_many`.
+    It reads private state of kdiv.worker.live: a bench prototype of a `LiveValidation.process_many`.
     """
-    from app.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, record_crc, unpack_common
+    from kdiv.div.wire import (
+        COMMON_SIZE,
+        FORMAT_VERSION,
+        HEADER_NAME,
+        record_crc,
+        unpack_common,
+    )
 
     part = live.validator.partitions[(tp.topic, tp.partition)]
     accept = part.tracker.accept_in_order

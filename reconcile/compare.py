@@ -1,7 +1,7 @@
 """Validator tables vs topics at rest: the per-key classes and the per-producer sequences.
 
 Inputs are one consistent snapshot: the changelogs' ends were planned before the topics'
-(reconcile.job), so every record the tables mention lies below the topic snapshot's end.
+(kdiv.reconcile.job), so every record the tables mention lies below the topic snapshot's end.
 
 Per key of a compacted topic (ledger L: last validated record; topic T: latest record now;
 V: the partition's validated-to offset):
@@ -15,11 +15,16 @@ Records compaction superseded are never looked at: only latest-per-key records c
 
 from __future__ import annotations
 
+from kdiv.reconcile.findings import (
+    DIVERGED,
+    FINDING_FIELDS,
+    LOST,
+    SEQUENCE_BEHIND,
+    UNVALIDATED,
+)
+from kdiv.reconcile.state import KEY, PARTITION, PRODUCER
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-
-from .findings import DIVERGED, FINDING_FIELDS, LOST, SEQUENCE_BEHIND, UNVALIDATED
-from .state import KEY, PARTITION, PRODUCER
 
 
 def _finding(cls: Column | str, offset: Column, producer: Column, segment: Column, seq: Column, timestamp: Column,
@@ -44,8 +49,8 @@ def _finding(cls: Column | str, offset: Column, producer: Column, segment: Colum
 
 
 def compare_keys(topic_latest: DataFrame, state: DataFrame, compacted_topics: list[str]) -> DataFrame:
-    """Findings of the key classes. `topic_latest`: reconcile.topics.latest_per_key of the
-    compacted topics' keyed data records; `state`: reconcile.state.decoded_state rows."""
+    """Findings of the key classes. `topic_latest`: kdiv.reconcile.topics.latest_per_key of the
+    compacted topics' keyed data records; `state`: kdiv.reconcile.state.decoded_state rows."""
     ledger = state.where(F.col("kind") == KEY).where(F.col("topic").isin(compacted_topics)).select(
         "topic", "partition", "key", *(F.col(c).alias(f"l_{c}") for c in
                                        ("offset", "timestamp_ms", "crc", "tombstone", "producer", "segment", "seq")))

@@ -26,14 +26,10 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-if __package__ in (None, ""):
-    # Run as a file by spark-submit: the project root holds `app` and `reconcile`.
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from app.discovery import discover, run_in_own_loop  # noqa: E402
-from app.registry.client import RegistryError, SchemaRegistry  # noqa: E402
-from app.settings import Settings, SettingsError  # noqa: E402
-from app.worker import state_changelogs  # noqa: E402
+from kdiv.config.settings import Settings, SettingsError  # noqa: E402
+from kdiv.kafka.discovery import discover, run_in_own_loop  # noqa: E402
+from kdiv.registry.client import RegistryError, SchemaRegistry  # noqa: E402
+from kdiv.state.tables import state_changelogs  # noqa: E402
 
 log = logging.getLogger("kdiv.reconcile")
 
@@ -110,9 +106,9 @@ class Reconciliation:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def run(self) -> tuple[int, Path | None]:
-        from reconcile.kafka_source import resolve_source
-        from reconcile.prometheus import push, write_textfile
-        from reconcile.report import write_failure_report, write_report
+        from kdiv.reconcile.kafka_source import resolve_source
+        from kdiv.reconcile.prometheus import push, write_textfile
+        from kdiv.reconcile.report import write_failure_report, write_report
 
         started = time.time()
         summary: dict = {"app_id": self.settings.app_id, "started_at_ms": int(started * 1000)}
@@ -166,7 +162,7 @@ class Reconciliation:
         return code, out_dir
 
     def _snapshot(self, changelogs: list[str], topics: list[str]):
-        from reconcile.snapshot import Snapshot, take_snapshot
+        from kdiv.reconcile.snapshot import Snapshot, take_snapshot
 
         if self.args.snapshot:
             return Snapshot.from_json(self.args.snapshot.read_text())
@@ -181,15 +177,19 @@ class Reconciliation:
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
 
     def _compare(self, read, changelogs, topics, compacted):
+        from kdiv.reconcile.compare import compare_keys, compare_sequences
+        from kdiv.reconcile.findings import FINDINGS_SCHEMA
+        from kdiv.reconcile.findings import UNREADABLE as UNREADABLE_CLASS
+        from kdiv.reconcile.schemas import judge_uses, local_store_uses, schema_id_uses
+        from kdiv.reconcile.state import UNDECODED, UNREADABLE, decoded_state
+        from kdiv.reconcile.topics import (
+            at_rest_view,
+            highest_sequences,
+            keyed_data,
+            latest_per_key,
+        )
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
-
-        from reconcile.compare import compare_keys, compare_sequences
-        from reconcile.findings import FINDINGS_SCHEMA
-        from reconcile.findings import UNREADABLE as UNREADABLE_CLASS
-        from reconcile.schemas import judge_uses, local_store_uses, schema_id_uses
-        from reconcile.state import UNDECODED, UNREADABLE, decoded_state
-        from reconcile.topics import at_rest_view, highest_sequences, keyed_data, latest_per_key
 
         changelog_records = read(changelogs).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -234,17 +234,17 @@ class Reconciliation:
 
     def _read(self, snapshot, names):
         """The snapshot's records of `names`, through the source this run resolved."""
-        from reconcile.kafka_source import read_topics
+        from kdiv.reconcile.kafka_source import read_topics
 
         librdkafka = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka_security.librdkafka_config()}
         return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=self.source,
                            max_records_per_split=self.args.max_records_per_split)
 
     def _directory(self):
-        from reconcile.schemas import ReplayedRegistry, RestRegistry
+        from kdiv.reconcile.schemas import ReplayedRegistry, RestRegistry
 
         if self.args.schemas_topic:
-            from reconcile.snapshot import take_snapshot
+            from kdiv.reconcile.snapshot import take_snapshot
 
             # The registry's log is read to its end now: it is not part of the tables' snapshot.
             snapshot = take_snapshot(self.settings.bootstrap, [self.args.schemas_topic],
@@ -256,7 +256,7 @@ class Reconciliation:
         return RestRegistry(self.registry, self._await)
 
     def _repair(self, schema_findings) -> None:
-        from reconcile.schemas import repair, repair_lines
+        from kdiv.reconcile.schemas import repair, repair_lines
 
         pairs = repair_lines(schema_findings)
         if not pairs:
@@ -283,9 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as bad:
         _say(f"bad settings: {bad}", err=True)
         return EXIT_FAILED
+    from kdiv.reconcile.session import build_session
     from pyspark import SparkConf
-
-    from reconcile.session import build_session
 
     master = args.master or SparkConf().get("spark.master", None) or "local[2]"
     spark = build_session(master)

@@ -16,7 +16,7 @@ The data source's options:
 - ``snapshot``: `Snapshot.to_json()`;
 - ``topics``: JSON list of the topics to read (default: every topic of the snapshot);
 - ``librdkafka.<property>``: one librdkafka property each (``bootstrap.servers`` and the
-  security settings of `app.security.KafkaSecurity.librdkafka_config`). One option per
+  security settings of `kdiv.config.security.KafkaSecurity.librdkafka_config`). One option per
   property, not one JSON blob, so that wherever Spark shows options its redaction (of
   names matching "password") hides the secrets. ``librdkafka`` (a JSON object) is accepted
   as well;
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from kdiv.reconcile.snapshot import PartitionRange, Snapshot
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
@@ -51,8 +52,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-from .snapshot import PartitionRange, Snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

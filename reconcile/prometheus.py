@@ -12,7 +12,7 @@ Gauges:
   kdiv_reconcile_duration_seconds             the run's wall time
   kdiv_reconcile_snapshot_timestamp_seconds   when the topics' offsets were snapshotted
 
-The summary (summary.json, as reconcile.report writes it):
+The summary (summary.json, as kdiv.reconcile.report writes it):
   status          "clean", "discrepancies" or "failed"                          required
   finished_at_ms  when the run ended, ms since the epoch                         required
   duration_s      the run's wall time in seconds                                 required
@@ -33,7 +33,12 @@ from collections.abc import Mapping
 from os import PathLike
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+from prometheus_client import (
+    CollectorRegistry,
+    Gauge,
+    push_to_gateway,
+    write_to_textfile,
+)
 
 STATUS_VALUES = {"clean": 0, "discrepancies": 1, "failed": 2}
 DEFAULT_JOB = "kdiv_reconcile"

@@ -1,6 +1,6 @@
 """What one reconciliation run leaves behind, in its own directory `out_dir`:
 
-  summary.json     the run's summary (keys: see reconcile.prometheus) plus, from the findings,
+  summary.json     the run's summary (keys: see kdiv.reconcile.prometheus) plus, from the findings,
                    `counts` {class: finding rows}, `records` {class: records the findings
                    stand for} and `by_topic` {topic: {class: finding rows}}
   discrepancies/   Parquet of every finding (FINDINGS_SCHEMA), partitioned topic=.../class=...
@@ -29,14 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
-from pyspark.sql import DataFrame, Row, Window
-from pyspark.sql import functions as F
-
-from .findings import (
+from kdiv.reconcile.findings import (
     CLASSES,
     DIVERGED,
     FINDING_FIELDS,
@@ -47,6 +40,12 @@ from .findings import (
     UNREADABLE,
     UNVALIDATED,
 )
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import functions as F
 
 STATUS_CLEAN = "clean"
 STATUS_DISCREPANCIES = "discrepancies"

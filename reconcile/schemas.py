@@ -20,16 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdiv.reconcile.findings import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNREADABLE
+from kdiv.registry.client import RegistryError, SchemaRegistry
+from kdiv.registry.schemaslog import SchemaLogState
+from kdiv.registry.subjects import SchemaIdInfo, SchemaLookups, judge, record_name_of
+from kdiv.state.framing import MAGIC, schema_id_of
+from kdiv.state.values import changelog_subject
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-
-from app.registry.client import RegistryError, SchemaRegistry
-from app.registry.devstore import DevRegistryState
-from app.registry.framing import MAGIC, schema_id_of
-from app.registry.statevalues import changelog_subject
-from app.registry.subjectcheck import SchemaIdInfo, SchemaLookups, judge, record_name_of
-
-from .findings import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNREADABLE
 
 # Faust's RocksDB files: <table>-<partition>.db under the worker's table directory.
 _STORE_NAME = re.compile(r"^(?P<table>(?:state|keys)-p\d+)-(?P<partition>\d+)\.db$")
@@ -89,7 +87,7 @@ class ReplayedRegistry:
     """Id -> schema and subjects from the registry's own log (Confluent's `_schemas` format)."""
 
     def __init__(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
-        self.state = DevRegistryState()
+        self.state = SchemaLogState()
         for key, value in records:
             self.state.apply(key, value)
 

@@ -42,6 +42,6 @@ def build_session(
 
 def register_sources(spark: SparkSession) -> None:
     """Register kdiv's Python data sources ("kdiv_kafka") with `spark`."""
-    from .kafka_source import register_source
+    from kdiv.reconcile.kafka_source import register_source
 
     register_source(spark)

@@ -5,7 +5,7 @@ own data source, on any executor, retried or not) reads exactly these ranges, so
 written while the job runs never leak into one stage and not another.
 
 Only the standard library is imported at module level: executors import this module (through
-`reconcile.kafka_source`) to parse the snapshot, and have no use for aiokafka or kdiv's app.
+`kdiv.reconcile.kafka_source`) to parse the snapshot, and have no use for aiokafka or kdiv's app.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.clock import wall_clock_ms
+from kdiv.clock import wall_clock_ms
 
 if TYPE_CHECKING:
-    from app.security import KafkaSecurity
+    from kdiv.config.security import KafkaSecurity
 
 _FORMAT_VERSION = 1
 
@@ -114,15 +114,14 @@ async def plan_snapshot(
 
     `security`: None means PLAINTEXT. A topic that does not exist raises LookupError naming
     it, unless `missing_ok` is True or names it: then it gets no ranges. End offsets are
-    exact on every broker (`app.kafka_compat.end_offsets`), so every record written before
+    exact on every broker (`kdiv.kafka.tansu.end_offsets`), so every record written before
     the call is in the snapshot.
     """
     # Deferred: only the driver plans, and executors importing this module need none of it.
     from aiokafka import TopicPartition
-
-    from app.consume import standalone_consumer
-    from app.kafka_compat import detect_tansu, end_offsets
-    from app.security import PLAINTEXT
+    from kdiv.config.security import PLAINTEXT
+    from kdiv.kafka.consume import standalone_consumer
+    from kdiv.kafka.tansu import detect_tansu, end_offsets
 
     topics = [topics] if isinstance(topics, str) else list(dict.fromkeys(topics))
     if missing_ok is True:
@@ -167,7 +166,7 @@ def take_snapshot(
     clock_ms: Callable[[], int] = wall_clock_ms,
 ) -> Snapshot:
     """`plan_snapshot` from sync code (the Spark driver), on a private event loop."""
-    from app.discovery import run_in_own_loop
+    from kdiv.kafka.discovery import run_in_own_loop
 
     return run_in_own_loop(
         plan_snapshot(bootstrap, topics, security=security, missing_ok=missing_ok, clock_ms=clock_ms)

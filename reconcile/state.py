@@ -11,16 +11,23 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
+from kdiv.div.ledger import KeyValidation, parse_ledger_key
+from kdiv.div.segment import Segment
+from kdiv.div.validator import PartitionValidation
+from kdiv.state.codec import StateDecodeError
+from kdiv.state.framing import FramingError, unframe
+from kdiv.state.tables import parse_key
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
-
-from app.div.codec import StateDecodeError
-from app.div.ledger import KeyValidation, parse_ledger_key
-from app.div.segment import Segment
-from app.div.validator import PartitionValidation
-from app.live import parse_key
-from app.registry.framing import FramingError, unframe
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 PARTITION = "partition"
 PRODUCER = "producer"
@@ -66,7 +73,7 @@ def decoded_state(changelog_records: DataFrame, writer_schemas: Mapping[int, str
     schemas = dict(writer_schemas)
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from app.registry.statevalues import StateValues
+        from kdiv.state.values import StateValues
 
         values = StateValues(-1)
         usable: set[int] = set()

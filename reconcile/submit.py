@@ -1,7 +1,6 @@
 """`kdiv reconcile`: runs reconcile/job.py through spark-submit with working defaults.
 
-Local mode needs nothing shipped. Any other master gets the `app` and `reconcile` packages
-as a zip (--py-files); the executors' Python must have kdiv's dependencies (the docker
+Local mode needs nothing shipped. Any other master gets the `kdiv` package as a zip (--py-files); the executors' Python must have kdiv's dependencies (the docker
 image does). Executors must run this interpreter, which has pyarrow and kdiv, so
 PYSPARK_PYTHON defaults to it.
 """
@@ -14,8 +13,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-
-PACKAGES = ("app", "reconcile")
 
 
 class SubmitError(RuntimeError):
@@ -37,13 +34,22 @@ def spark_submit_path() -> str:
 
 
 def package_zip(directory: Path) -> Path:
-    """The kdiv packages as one zip for --py-files."""
-    root = Path(__file__).resolve().parent.parent
+    """The kdiv package as one zip for --py-files.
+
+    Walks the imported packages, not the source tree: kdiv.reconcile lives in its own folder."""
+    import kdiv
+    import kdiv.reconcile
+
     target = directory / "kdiv-packages.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in PACKAGES:
-            for path in sorted((root / package).rglob("*.py")):
-                archive.write(path, path.relative_to(root))
+        for package in (kdiv, kdiv.reconcile):
+            folder = Path(package.__file__).resolve().parent
+            prefix = Path(*package.__name__.split("."))
+            for path in sorted(folder.rglob("*.py")):
+                relative = path.relative_to(folder)
+                if package is kdiv and relative.parts[0] == "reconcile":
+                    continue
+                archive.write(path, prefix / relative)
     return target
 
 

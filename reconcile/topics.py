@@ -1,7 +1,7 @@
 """Records at rest as the reconciliation compares them, computed in Spark SQL (JVM-side, no
 Python per record): the `div` header's fields, the at-rest CRC32, the latest record per key.
 
-The CRC is `app.div.ledger.at_rest_crc`, i.e. `app.div.wire.record_crc` with kind DATA:
+The CRC is `kdiv.div.ledger.at_rest_crc`, i.e. `kdiv.div.wire.record_crc` with kind DATA:
 CRC32 over the kind byte, the big-endian int32 key length (-1 for null), the key, the
 value's length (-1 for null) and the value. tests/test_reconcile_compare.py holds the two
 equal over real records.
@@ -9,10 +9,10 @@ equal over real records.
 
 from __future__ import annotations
 
+from kdiv.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind
 
 def _int32_be(length: Column) -> Column:
     return F.unhex(F.lpad(F.hex(length), 8, "0"))

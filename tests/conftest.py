@@ -1,7 +1,7 @@
 """Shared fixtures: one Kafka-protocol broker per test session, and fresh topics on it.
 
 The broker is, in order of preference: the cluster at $KDIV_BOOTSTRAP; Apache Kafka in
-a container when a Docker engine answers; the embedded Tansu broker (app.devbroker).
+a container when a Docker engine answers; the embedded Tansu broker (kdiv.dev.broker).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from typing import Any, TypeVar
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
-
-from app.devbroker import DevBroker
-from app.kafka_compat import detect_tansu
+from kdiv.dev.broker import DevBroker
+from kdiv.kafka.tansu import detect_tansu
 
 BOOTSTRAP_ENV = "KDIV_BOOTSTRAP"
 REGISTRY_ENV = "KDIV_SCHEMA_REGISTRY_URL"
@@ -73,7 +72,7 @@ def registry_url(bootstrap: str) -> Iterator[str]:
     if configured:
         yield configured
     else:
-        from app.registry.devprocess import DevRegistryProcess
+        from kdiv.dev.registry.process import DevRegistryProcess
 
         with DevRegistryProcess(bootstrap) as registry:
             yield registry.url
@@ -167,7 +166,7 @@ async def _delete_topics(bootstrap: str, names: list[str]) -> None:
 def spark():
     """The session's one SparkSession (local[2]): starting one takes 8-9 s."""
     # Imported here: only the Spark tests pay for loading pyspark.
-    from reconcile.session import build_session
+    from kdiv.reconcile.session import build_session
 
     session = build_session("local[2]")
     yield session

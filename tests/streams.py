@@ -5,10 +5,18 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from app.div.record import ConsumedRecord
-from app.div.stamper import OutgoingRecord
-from app.div.validator import DataIntegrityValidator, ValidationResult
-from app.div.wire import HEADER_NAME, ChecksumType, DivHeader, Kind, control_key, encode, record_crc
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.stamper import OutgoingRecord
+from kdiv.div.validator import DataIntegrityValidator, ValidationResult
+from kdiv.div.wire import (
+    HEADER_NAME,
+    ChecksumType,
+    DivHeader,
+    Kind,
+    control_key,
+    encode,
+    record_crc,
+)
 
 GUID_A = uuid.UUID("00000000-0000-4000-8000-00000000000a").bytes
 GUID_B = uuid.UUID("00000000-0000-4000-8000-00000000000b").bytes

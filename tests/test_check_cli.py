@@ -6,20 +6,19 @@ import base64
 import json
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
+from kdiv.cli import main
+from kdiv.div.stamper import DivStamper
+from kdiv.div.wire import Kind
+from kdiv.offline.jsonl import record_to_line
 
-from app.cli import main
-from app.div.stamper import DivStamper
-from app.div.wire import Kind
-from app.jsonl import record_to_line
 from tests.streams import GUID_A, GUID_B, NOW, Log, corrupt_value
 
 
 def run_check(path, *args, stdin: str | None = None):
-    command = [sys.executable, "-m", "app.cli", "check", *([str(path)] if path else []), *args]
+    command = [sys.executable, "-m", "kdiv.cli", "check", *([str(path)] if path else []), *args]
     done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     return done.returncode, lines, done.stderr

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
-from app.consume import read_snapshot
-from app.demo import FAULTS, FaultyPipeline, run_demo
-from app.div.validator import DataIntegrityValidator
-from app.writer import DivWriter
+from kdiv.dev.demo import FAULTS, FaultyPipeline, run_demo
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.kafka.consume import read_snapshot
+from kdiv.writer import DivWriter
 
 pytestmark = pytest.mark.broker
 

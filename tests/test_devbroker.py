@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaClient
-
-from app.devbroker import TANSU_BIN_ENV, BrokerError, DevBroker, tansu_binary
-from app.kafka_compat import fetch_cluster_id
+from kdiv.dev.broker import TANSU_BIN_ENV, BrokerError, DevBroker, tansu_binary
+from kdiv.kafka.tansu import fetch_cluster_id
 
 pytestmark = pytest.mark.broker
 
@@ -110,7 +109,7 @@ def test_bootstrap_of_a_free_port_broker_is_known_only_after_start():
 
 def test_run_forever_prints_the_address_and_stops_on_sigterm():
     process = subprocess.Popen(
-        [sys.executable, "-c", "from app.devbroker import DevBroker; DevBroker(port=0).run_forever()"],
+        [sys.executable, "-c", "from kdiv.dev.broker import DevBroker; DevBroker(port=0).run_forever()"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -23,9 +23,9 @@ _KDIV_NAME = re.compile(r"KDIV_[A-Z0-9_]*[A-Z0-9]")
 
 
 def _env_reader_methods(tree: ast.Module) -> set[str]:
-    """Methods of settings' `_Env` (each takes a variable name without the KDIV_ prefix)."""
+    """Methods of settings' `EnvReader` (each takes a variable name without the KDIV_ prefix)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "_Env":
+        if isinstance(node, ast.ClassDef) and node.name == "EnvReader":
             return {f.name for f in node.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")}
     return set()
 
@@ -58,10 +58,10 @@ def _names_of_argument(parents: dict, argument: ast.AST) -> list[str]:
 
 def kdiv_variables_read_by_the_code() -> set[str]:
     """Every KDIV_* name app/ mentions: literal "KDIV_..." strings, and the names given to
-    settings' `_Env` readers (``env.str("TOPICS", ...)`` reads KDIV_TOPICS)."""
+    settings' `EnvReader` readers (``env.str("TOPICS", ...)`` reads KDIV_TOPICS)."""
     trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted((REPO / "app").rglob("*.py"))}
-    readers = _env_reader_methods(trees[REPO / "app" / "settings.py"])
-    assert {"str", "int", "bool"} <= readers, "settings._Env readers not found: the scan is out of date"
+    readers = _env_reader_methods(trees[REPO / "app" / "config" / "env.py"])
+    assert {"str", "int", "bool"} <= readers, "config.env.EnvReader readers not found: the scan is out of date"
     names: set[str] = set()
     for tree in trees.values():
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -148,7 +148,7 @@ def test_compose_sets_only_kdiv_variables_the_code_reads(services):
 
 
 def test_published_ports_match_the_web_port_and_the_kdiv_workers_are_distinct(services):
-    workers = {name: s for name, s in services.items() if s.get("command", [None])[:3] == ["faust", "-A", "app.main"]}
+    workers = {name: s for name, s in services.items() if s.get("command", [None])[:3] == ["faust", "-A", "kdiv.worker.main"]}
     assert len(workers) == 2
     host_ports = []
     for name, service in workers.items():

@@ -9,9 +9,13 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-
-from app.devbroker import DevBroker
-from app.kafka_compat import BROKER_FLAVOR_ENV, detect_tansu, end_offsets, fetch_cluster_id
+from kdiv.dev.broker import DevBroker
+from kdiv.kafka.tansu import (
+    BROKER_FLAVOR_ENV,
+    detect_tansu,
+    end_offsets,
+    fetch_cluster_id,
+)
 
 pytestmark = pytest.mark.broker
 

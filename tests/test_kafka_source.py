@@ -7,10 +7,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-
-from reconcile.kafka_source import (
+from kdiv.reconcile.kafka_source import (
     ARROW_SCHEMA,
     KAFKA_SCHEMA,
     KafkaReadError,
@@ -23,7 +20,9 @@ from reconcile.kafka_source import (
     spark_kafka_available,
     spark_kafka_options,
 )
-from reconcile.snapshot import PartitionRange, Snapshot, take_snapshot
+from kdiv.reconcile.snapshot import PartitionRange, Snapshot, take_snapshot
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 pytestmark = pytest.mark.broker
 

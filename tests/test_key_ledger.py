@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import pytest
+from kdiv.div.ledger import (
+    KeyValidation,
+    at_rest_crc,
+    key_validation_of,
+    ledger_key,
+    parse_ledger_key,
+)
+from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.div.wire import Kind
+from kdiv.state.codec import StateDecodeError, decode_state
+from kdiv.state.framing import unframe
+from kdiv.state.values import StateValues
+from kdiv.worker.live import LiveValidation
 
-from app.div.codec import StateDecodeError, decode_state
-from app.div.ledger import KeyValidation, at_rest_crc, key_validation_of, ledger_key, parse_ledger_key
-from app.div.validator import DataIntegrityValidator, TopicPolicy
-from app.div.wire import Kind
-from app.live import LiveValidation
-from app.registry.framing import unframe
-from app.registry.statevalues import StateValues
 from tests.streams import GUID_A, NOW, Log
 
 

@@ -1,7 +1,7 @@
 """Property: a worker that crashes at any point of its writes, restores a prefix of them and
 re-reads from its last committed offset reports exactly what an uncrashed worker reports.
 
-The simulation follows `app.live`'s protocol: per unit, incidents are written, then the
+The simulation follows `kdiv.worker.live`'s protocol: per unit, incidents are written, then the
 partition state, then the producer states, into one ordered log; a crash keeps a prefix of
 that log; the committed offset is that of some unit whose writes were all kept.
 """
@@ -13,13 +13,13 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from app.div.record import ConsumedRecord
-from app.div.stamper import DivStamper
-from app.div.validator import DataIntegrityValidator
-from app.div.wire import HEADER_NAME, ChecksumType, Kind
-from app.incidents import incident_for
-from app.live import LiveValidation, partition_key
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.stamper import DivStamper
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
+from kdiv.state.tables import partition_key
+from kdiv.worker.incidents import incident_for
+from kdiv.worker.live import LiveValidation
 
 TOPIC = "orders"
 NOW = 1_700_000_000_000

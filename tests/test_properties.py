@@ -18,12 +18,16 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from app.div.codec import decode_partition, decode_segment, encode_partition, encode_segment
-from app.div.record import ConsumedRecord
-from app.div.stamper import DivStamper, OutgoingRecord
-from app.div.validator import DataIntegrityValidator
-from app.div.wire import ChecksumType, Kind, decode
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.stamper import DivStamper, OutgoingRecord
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import ChecksumType, Kind, decode
+from kdiv.state.codec import (
+    decode_partition,
+    decode_segment,
+    encode_partition,
+    encode_segment,
+)
 
 TOPIC = "orders"
 NOW = 1_700_000_000_000

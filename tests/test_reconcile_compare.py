@@ -11,16 +11,21 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
+from kdiv.div.ledger import at_rest_crc
+from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.div.wire import Kind
+from kdiv.reconcile.compare import compare_keys, compare_sequences
+from kdiv.reconcile.findings import DIVERGED, LOST, SEQUENCE_BEHIND, UNVALIDATED
+from kdiv.reconcile.state import decoded_state
+from kdiv.reconcile.topics import (
+    at_rest_view,
+    highest_sequences,
+    keyed_data,
+    latest_per_key,
+)
+from kdiv.state.values import StateValues
+from kdiv.worker.live import LiveValidation
 
-from app.div.ledger import at_rest_crc
-from app.div.validator import DataIntegrityValidator, TopicPolicy
-from app.div.wire import Kind
-from app.live import LiveValidation
-from app.registry.statevalues import StateValues
-from reconcile.compare import compare_keys, compare_sequences
-from reconcile.findings import DIVERGED, LOST, SEQUENCE_BEHIND, UNVALIDATED
-from reconcile.state import decoded_state
-from reconcile.topics import at_rest_view, highest_sequences, keyed_data, latest_per_key
 from tests.streams import GUID_A, NOW, Log, corrupt_value
 
 KAFKA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -57,7 +62,7 @@ def validated_state(spark, records):
         writes = live.take_writes(record.topic, 0)
         for key, value in writes.in_order() if writes else ():
             append("app-state-p1-changelog", key, value)
-    from app.div.codec import STATE_SCHEMA_JSON
+    from kdiv.state.codec import STATE_SCHEMA_JSON
     return decoded_state(spark.createDataFrame(changelog, KAFKA_DDL), {SCHEMA_ID: STATE_SCHEMA_JSON})
 
 
@@ -104,7 +109,7 @@ def test_clean_and_compacted_topics_report_nothing(spark):
 def test_spark_at_rest_crc_is_the_ledger_crc(spark):
     rows = [(b"k", b"v"), (None, b"v"), (b"k", None), (None, None), (b"", b""), (bytes(range(256)), b"x" * 70000)]
     df = spark.createDataFrame(rows, "key binary, value binary")
-    from reconcile.topics import at_rest_crc as spark_crc
+    from kdiv.reconcile.topics import at_rest_crc as spark_crc
     got = [r[0] for r in df.select(spark_crc(df.key, df.value)).collect()]
     assert got == [at_rest_crc(k, v) for k, v in rows]
 

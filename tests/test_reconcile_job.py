@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
+from kdiv.config.settings import RegistrySettings
+from kdiv.div.wire import HEADER_NAME, Kind, unpack_common
+from kdiv.kafka.consume import read_snapshot
+from kdiv.reconcile.job import Reconciliation, parse_args, settings_from
+from kdiv.registry.client import SchemaRegistry
+from kdiv.state.framing import frame, unframe
+from kdiv.writer import DivWriter
 
-from app.consume import read_snapshot
-from app.div.wire import HEADER_NAME, Kind, unpack_common
-from app.registry.client import SchemaRegistry
-from app.registry.framing import frame, unframe
-from app.settings import RegistrySettings
-from app.writer import DivWriter
-from reconcile.job import Reconciliation, parse_args, settings_from
 from tests.test_schema_subjects import earlier_release_schema
 from tests.workerproc import WorkerProcess, read_table, wait_until_caught_up
 

@@ -12,11 +12,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from pyspark.sql import DataFrame, SparkSession
-
-from reconcile import prometheus, report
-from reconcile.findings import (
+from kdiv.reconcile import prometheus, report
+from kdiv.reconcile.findings import (
     CLASSES,
     DIVERGED,
     FINDING_FIELDS,
@@ -28,6 +25,8 @@ from reconcile.findings import (
     UNREADABLE,
     UNVALIDATED,
 )
+from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import DataFrame, SparkSession
 
 T0 = 1_714_560_000_000  # 2024-05-01 10:40:00 UTC
 MINUTE_MS = 60_000

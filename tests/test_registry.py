@@ -11,12 +11,22 @@ import uuid
 
 import pytest
 from aiohttp import web
-
-from app.consume import read_snapshot
-from app.registry.client import RegistryRejected, RegistryUnavailable, SchemaNotFound, SchemaRegistry, expected_subject
-from app.registry.subjectcheck import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNCHECKED, SchemaLookups
-from app.settings import RegistrySettings
-from app.registry.devprocess import DevRegistryProcess, free_port
+from kdiv.config.settings import RegistrySettings
+from kdiv.dev.registry.process import DevRegistryProcess, free_port
+from kdiv.kafka.consume import read_snapshot
+from kdiv.registry.client import (
+    RegistryRejected,
+    RegistryUnavailable,
+    SchemaNotFound,
+    SchemaRegistry,
+    expected_subject,
+)
+from kdiv.registry.subjects import (
+    SCHEMA_UNKNOWN,
+    SUBJECT_MISMATCH,
+    UNCHECKED,
+    SchemaLookups,
+)
 
 
 def record_schema(name: str, *fields: tuple[str, str | list, object]) -> str:

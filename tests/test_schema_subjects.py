@@ -19,12 +19,12 @@ import uuid
 import aiohttp
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from kdiv.config.settings import RegistrySettings
+from kdiv.registry.client import SchemaRegistry
+from kdiv.state.codec import STATE_SCHEMA_JSON
+from kdiv.state.framing import frame, unframe
+from kdiv.writer import DivWriter
 
-from app.div.codec import STATE_SCHEMA_JSON
-from app.registry.client import SchemaRegistry
-from app.registry.framing import frame, unframe
-from app.settings import RegistrySettings
-from app.writer import DivWriter
 from tests.workerproc import (
     WorkerProcess,
     free_port,
@@ -155,7 +155,7 @@ async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_i
         assert (await health(new))["state_load_errors"] == 0
 
         # The check, by hand: names the same finding; --repair registers and clears it.
-        command = [sys.executable, "-m", "app.cli", "schemas", "check", changelog, "--bootstrap", bootstrap]
+        command = [sys.executable, "-m", "kdiv.cli", "schemas", "check", changelog, "--bootstrap", bootstrap]
         env = {"KDIV_SCHEMA_REGISTRY_URL": registry_url, "PATH": ""}
         found = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
         assert found.returncode == 1, found.stderr

@@ -19,13 +19,15 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
-
-from app import consume, demo, discovery, kafka_compat, writer
-from app.cli import main as kdiv
-from app.discovery import ClusterView, WatchedTopic
-from app.security import KafkaSecurity
-from app.settings import Settings, SettingsError
-from app.worker import build_app
+from kdiv import writer
+from kdiv.cli import main as kdiv
+from kdiv.config.security import KafkaSecurity
+from kdiv.config.settings import Settings, SettingsError
+from kdiv.dev import demo
+from kdiv.kafka import consume, discovery, tansu
+from kdiv.kafka.discovery import ClusterView, WatchedTopic
+from kdiv.worker.credentials import faust_credentials
+from kdiv.worker.service import build_app
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_plaintext_is_the_default_and_configures_nothing_else():
     security = Settings.from_env({"KDIV_TOPICS": "t"}).kafka_security
     assert security == KafkaSecurity()
     assert security.aiokafka_kwargs() == {"security_protocol": "PLAINTEXT"}
-    assert security.faust_credentials() is None
+    assert faust_credentials(security) is None
     assert security.librdkafka_config() == {"security.protocol": "PLAINTEXT"}
 
 
@@ -81,7 +83,7 @@ def test_tls_with_ca_only(pki):
         "ssl.ca.location": str(pki["ca"]),
         "ssl.endpoint.identification.algorithm": "https",
     }
-    assert isinstance(security.faust_credentials(), SSLCredentials)
+    assert isinstance(faust_credentials(security), SSLCredentials)
 
 
 def test_mutual_tls_with_an_encrypted_key_and_no_hostname_check(pki):
@@ -114,7 +116,7 @@ def test_sasl_plaintext_each_mechanism(mechanism):
         "sasl_plain_username": "kdiv",
         "sasl_plain_password": "pw-123",
     }
-    credentials = security.faust_credentials()
+    credentials = faust_credentials(security)
     assert isinstance(credentials, SASLCredentials)
     assert (credentials.mechanism.value, credentials.protocol.value) == (mechanism, "SASL_PLAINTEXT")
     assert security.librdkafka_config() == {
@@ -134,7 +136,7 @@ def test_sasl_over_tls(pki):
     assert security.sasl_mechanism == "SCRAM-SHA-512"  # not the PLAIN default
     kwargs = security.aiokafka_kwargs()
     assert kwargs["security_protocol"] == "SASL_SSL" and isinstance(kwargs["ssl_context"], ssl.SSLContext)
-    credentials = security.faust_credentials()
+    credentials = faust_credentials(security)
     assert credentials.protocol.value == "SASL_SSL" and credentials.ssl_context is not None
     assert security.librdkafka_config()["ssl.ca.location"] == str(pki["ca"])
 
@@ -212,7 +214,7 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
     reader = consume.standalone_consumer(settings.bootstrap, security=security)
     producer = writer.new_producer(settings.bootstrap, security=security)
     demo_admin = demo.admin_client(settings.bootstrap, security)
-    detector = kafka_compat.detection_client(settings.bootstrap, security)
+    detector = tansu.detection_client(settings.bootstrap, security)
     built = {
         "worker incidents consumer": consumer._client,
         "discovery admin": admin._client,

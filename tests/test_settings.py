@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from app.settings import Settings, SettingsError
+from kdiv.config.settings import Settings, SettingsError
 
 
 def test_defaults_and_values():

@@ -1,11 +1,11 @@
 """Producer-side segment management and the producer-state codec."""
 
 import pytest
+from kdiv.div.segment import Segment
+from kdiv.div.stamper import DivStamper
+from kdiv.div.wire import ChecksumType, Kind, decode, record_crc
+from kdiv.state.codec import StateDecodeError, decode_segment, encode_segment
 
-from app.div.codec import StateDecodeError, decode_segment, encode_segment
-from app.div.segment import Segment
-from app.div.stamper import DivStamper
-from app.div.wire import ChecksumType, Kind, decode, record_crc
 from tests.streams import GUID_A
 
 
@@ -89,9 +89,9 @@ def test_codec_rejects_bad_state_with_a_clear_error(raw, message):
 
 
 def test_partition_state_round_trips_and_rejects_unknown_verdicts():
-    from app.div.codec import decode_partition, encode_partition
-    from app.div.faults import Verdict
-    from app.div.validator import PartitionValidation
+    from kdiv.div.faults import Verdict
+    from kdiv.div.validator import PartitionValidation
+    from kdiv.state.codec import decode_partition, encode_partition
 
     state = PartitionValidation(in_push=True, push_failed=True, last_offset=41, records=50,
                                 verdict_counts={Verdict.MISSING: 2, Verdict.MALFORMED: 1}, checkpoint_anchor_ms=99)
@@ -102,8 +102,7 @@ def test_partition_state_round_trips_and_rejects_unknown_verdicts():
     import io
 
     import fastavro
-
-    from app.div.codec import PARTITION_STATE_NAME, STATE_SCHEMA, StateDecodeError
+    from kdiv.state.codec import PARTITION_STATE_NAME, STATE_SCHEMA, StateDecodeError
 
     out = io.BytesIO()
     fastavro.schemaless_writer(out, STATE_SCHEMA, (PARTITION_STATE_NAME, {"inPush": False, "verdictCounts": {"LOST": 1}}))

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.protocol.transaction import InitProducerIdRequest
-
-from app.kafka_compat import enable_tansu_producer_ids
+from kdiv.kafka.tansu import enable_tansu_producer_ids
 
 pytestmark = pytest.mark.broker
 

@@ -1,12 +1,21 @@
 """Every scenario class of the DIV spec (§2-§5), stream and push, one behaviour per test."""
 
 import pytest
+from kdiv.div.faults import Verdict
+from kdiv.div.stamper import DivStamper
+from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
 
-from app.div.faults import Verdict
-from app.div.stamper import DivStamper
-from app.div.validator import DataIntegrityValidator, TopicPolicy
-from app.div.wire import HEADER_NAME, ChecksumType, Kind
-from tests.streams import GUID_A, GUID_B, NOW, Log, corrupt_value, header, validate, verdicts
+from tests.streams import (
+    GUID_A,
+    GUID_B,
+    NOW,
+    Log,
+    corrupt_value,
+    header,
+    validate,
+    verdicts,
+)
 
 PUSH = "push"
 STREAM = "stream"

@@ -7,8 +7,8 @@ import uuid
 
 import aiohttp
 import pytest
+from kdiv.config.settings import Settings, SettingsError
 
-from app.settings import Settings, SettingsError
 from tests.workerproc import (
     WorkerProcess,
     free_port,

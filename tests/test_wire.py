@@ -2,8 +2,7 @@ import struct
 import zlib
 
 import pytest
-
-from app.div.wire import (
+from kdiv.div.wire import (
     COMMON_SIZE,
     EOS_SIZE,
     SOS_SIZE,
@@ -17,6 +16,7 @@ from app.div.wire import (
     encode,
     record_crc,
 )
+
 from tests.streams import GUID_A
 
 

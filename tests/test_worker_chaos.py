@@ -1,6 +1,6 @@
 """The live validator under crashes and rebalances, end to end on the real broker.
 
-Real worker processes (`faust -A app.main worker`) validate a topic written at a steady
+Real worker processes (`faust -A kdiv.worker.main worker`) validate a topic written at a steady
 rate with faults injected, while the test SIGKILLs, restarts (with or without the data
 dir, so state comes from RocksDB or from the changelog) and adds workers. The oracle is
 the pure validator over the topic's final content: the incidents topic must hold exactly

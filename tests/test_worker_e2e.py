@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from app.writer import DivWriter
+from kdiv.writer import DivWriter
+
 from tests.workerproc import (
     WorkerProcess,
     incident_differences,

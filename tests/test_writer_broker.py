@@ -10,12 +10,11 @@ import sys
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
-
-from app.consume import read_snapshot
-from app.div.validator import DataIntegrityValidator
-from app.div.wire import Kind, decode
-from app.clock import wall_clock_ms
-from app.writer import DivWriter
+from kdiv.clock import wall_clock_ms
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import Kind, decode
+from kdiv.kafka.consume import read_snapshot
+from kdiv.writer import DivWriter
 
 pytestmark = pytest.mark.broker
 
@@ -104,7 +103,7 @@ async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_an
         await producer.stop()
 
     captured = tmp_path / "captured.jsonl"
-    env_cmd = [sys.executable, "-m", "app.cli"]
+    env_cmd = [sys.executable, "-m", "kdiv.cli"]
     dump = subprocess.run([*env_cmd, "dump", topic, "--bootstrap", bootstrap, "-o", str(captured)],
                           capture_output=True, text=True, timeout=120)
     assert dump.returncode == 0, dump.stderr

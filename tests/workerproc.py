@@ -1,6 +1,6 @@
 """A real kdiv worker in a subprocess, and what a test needs to judge it from outside.
 
-`WorkerProcess` runs ``faust -A app.main worker`` exactly as an operator does (settings
+`WorkerProcess` runs ``faust -A kdiv.worker.main worker`` exactly as an operator does (settings
 from ``KDIV_*``), with its output in a log file, and can be SIGKILLed, terminated and
 restarted with or without its data dir. The helpers below read the broker: committed
 offsets of the worker group, exact end offsets, the incidents topic, the state table's
@@ -27,18 +27,17 @@ from pathlib import Path
 import aiohttp
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-
-from app.consume import _standalone_consumer, read_snapshot, topic_partitions
-from app.demo import FAULTS, FaultyPipeline
-from app.div.codec import decode_partition, decode_segment
-from app.registry.framing import unframe
-from app.div.segment import Segment
-from app.div.validator import DataIntegrityValidator, PartitionValidation
-from app.incidents import Incident, incident_for
-from app.jsonl import record_to_line
-from app.kafka_compat import detect_tansu, end_offsets
-from app.live import parse_key
-from app.writer import DivWriter
+from kdiv.dev.demo import FAULTS, FaultyPipeline
+from kdiv.div.segment import Segment
+from kdiv.div.validator import DataIntegrityValidator, PartitionValidation
+from kdiv.kafka.consume import _standalone_consumer, read_snapshot, topic_partitions
+from kdiv.kafka.tansu import detect_tansu, end_offsets
+from kdiv.offline.jsonl import record_to_line
+from kdiv.state.codec import decode_partition, decode_segment
+from kdiv.state.framing import unframe
+from kdiv.state.tables import parse_key
+from kdiv.worker.incidents import Incident, incident_for
+from kdiv.writer import DivWriter
 
 REPO = Path(__file__).resolve().parent.parent
 FAUST = str(Path(sys.executable).with_name("faust"))
@@ -58,7 +57,7 @@ REGISTRY_URL: str | None = None
 
 
 class WorkerProcess:
-    """One `faust -A app.main worker` subprocess; its log accumulates across restarts."""
+    """One `faust -A kdiv.worker.main worker` subprocess; its log accumulates across restarts."""
 
     def __init__(
         self,
@@ -125,7 +124,7 @@ class WorkerProcess:
             log.flush()
             self._log_offset = log.tell()
             self.proc = subprocess.Popen(
-                [FAUST, "-A", "app.main", "worker", "-l", "info"],
+                [FAUST, "-A", "kdiv.worker.main", "worker", "-l", "info"],
                 cwd=REPO,
                 env=self.environment(),
                 stdin=subprocess.DEVNULL,
@@ -230,7 +229,7 @@ class WorkerProcess:
 
 
 async def exact_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """End offsets of every partition of `topic`, exact on Tansu too (app.kafka_compat)."""
+    """End offsets of every partition of `topic`, exact on Tansu too (kdiv.kafka.tansu)."""
     async with _standalone_consumer(bootstrap) as consumer:
         tps = await topic_partitions(consumer, topic)
         ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
@@ -464,7 +463,7 @@ async def produce_with_faults(
     max_records_per_segment: int = 200,
 ) -> Counter:
     """Write DIV-stamped records at `rate` per second until `stop` is set, injecting one
-    fault (app.demo's FaultyPipeline, in turn from `faults`) every `fault_every` records,
+    fault (kdiv.dev.demo's FaultyPipeline, in turn from `faults`) every `fault_every` records,
     at least one healthy record apart. Ends every segment on the way out. Returns how many
     records were written healthy and how many faults of each kind were injected."""
     rng = random.Random(seed)

@@ -14,8 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .record import ConsumedRecord
-from .wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, record_crc, unpack_common
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.wire import (
+    COMMON_SIZE,
+    FORMAT_VERSION,
+    HEADER_NAME,
+    Kind,
+    record_crc,
+    unpack_common,
+)
 
 _SEP = b"|"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 
-from .faults import DataAfterSegmentEnded
-from .wire import ChecksumType, adhash_add
+from kdiv.div.faults import DataAfterSegmentEnded
+from kdiv.div.wire import ChecksumType, adhash_add
 
 
 class SegmentStatus(enum.IntEnum):

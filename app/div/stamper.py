@@ -12,7 +12,16 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from .wire import HEADER_NAME, ChecksumType, DivHeader, Kind, adhash_add, control_key, encode, record_crc
+from kdiv.div.wire import (
+    HEADER_NAME,
+    ChecksumType,
+    DivHeader,
+    Kind,
+    adhash_add,
+    control_key,
+    encode,
+    record_crc,
+)
 
 DISABLED = -1
 # Leave room below 2^32 so the END_OF_SEGMENT always has a sequence number.

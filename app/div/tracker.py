@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .faults import (
+from kdiv.div.faults import (
     CorruptData,
     DataAfterSegmentEnded,
     DuplicateData,
     ImproperlyStartedSegment,
     MissingData,
 )
-from .segment import Segment
-from .wire import ChecksumType, DivHeader, Kind
+from kdiv.div.segment import Segment
+from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
 Tolerate = Callable[[], bool]
 _UINT64_MASK = (1 << 64) - 1

@@ -14,17 +14,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .faults import (
+from kdiv.div.faults import (
     FATAL_VERDICTS,
     DataValidationError,
     FatalDataValidation,
     ImproperlyStartedSegment,
     Verdict,
 )
-from .record import ConsumedRecord
-from .segment import Segment
-from .tracker import PartitionTracker
-from .wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, MalformedHeader, decode, record_crc, unpack_common
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.segment import Segment
+from kdiv.div.tracker import PartitionTracker
+from kdiv.div.wire import (
+    COMMON_SIZE,
+    FORMAT_VERSION,
+    HEADER_NAME,
+    Kind,
+    MalformedHeader,
+    decode,
+    record_crc,
+    unpack_common,
+)
 
 DISABLED = -1
 

@@ -28,8 +28,7 @@ from confluent_kafka.schema_registry import (
     topic_record_subject_name_strategy,
     topic_subject_name_strategy,
 )
-
-from ..settings import RegistrySettings
+from kdiv.config.settings import RegistrySettings
 
 STRATEGIES = {
     "topic": topic_subject_name_strategy,

@@ -1,0 +1,113 @@
+"""Reading ``KDIV_*`` environment variables: every bad value names its variable."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+PREFIX = "KDIV_"
+
+
+class SettingsError(ValueError):
+    pass
+
+
+# What RFC 6750 allows in a bearer token; at least 16 characters, so it cannot be guessed.
+_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]{16,}=*")
+
+
+class EnvReader:
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def str(self, name: str, default: str) -> str:
+        value = self._environ.get(PREFIX + name, "").strip()
+        return value or default
+
+    def int(self, name: str, default: int, *, minimum: int) -> int:
+        raw = self.str(name, "")
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise SettingsError(f"{PREFIX}{name}={raw!r} is not an integer") from None
+        if value < minimum:
+            raise SettingsError(f"{PREFIX}{name}={value} is below {minimum}")
+        return value
+
+    def float(self, name: str, default: float) -> float:
+        raw = self.str(name, "")
+        if not raw:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise SettingsError(f"{PREFIX}{name}={raw!r} is not a number") from None
+        if value <= 0:
+            raise SettingsError(f"{PREFIX}{name}={value} must be positive")
+        return value
+
+    def bool(self, name: str, default: bool) -> bool:
+        raw = self.str(name, "").lower()
+        if not raw:
+            return default
+        if raw in ("1", "true", "yes", "on"):
+            return True
+        if raw in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{PREFIX}{name}={raw!r} is not a boolean (true/false)")
+
+    def web_token(self, name: str) -> str:
+        token = self.str(name, "")
+        if token and not _TOKEN.fullmatch(token):
+            raise SettingsError(
+                f"{PREFIX}{name} must be at least 16 characters of A-Z a-z 0-9 - . _ ~ + / (e.g. `openssl rand -hex 32`)"
+            )
+        return token
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.str(name, default)
+        if value not in choices:
+            raise SettingsError(f"{PREFIX}{name}={value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def file(self, name: str) -> Path | None:
+        raw = self.str(name, "")
+        if not raw:
+            return None
+        path = Path(raw)
+        if not path.is_file():
+            raise SettingsError(f"{PREFIX}{name}={raw}: no such file")
+        return path
+
+    def mapping(self, name: str, parse, expected: str) -> dict[str, object]:
+        """ "orders=record,*=topic" or a bare value for every topic."""
+        found: dict[str, object] = {}
+        for item in (part.strip() for part in self.str(name, "").split(",")):
+            if not item:
+                continue
+            topic, sep, raw = item.rpartition("=")
+            value = parse(raw.strip())
+            if value is None:
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is not TOPIC=VALUE or VALUE with VALUE {expected}")
+            found[topic.strip() if sep else "*"] = value
+        return found
+
+    def compaction_lags(self, name: str) -> dict[str, int]:
+        """ "orders=3600000,*=0" or a bare number for every topic."""
+        raw = self.str(name, "")
+        lags: dict[str, int] = {}
+        for item in (part.strip() for part in raw.split(",")):
+            if not item:
+                continue
+            topic, sep, ms = item.rpartition("=")
+            topic = topic.strip() if sep else "*"
+            try:
+                lags[topic] = int(ms)
+            except ValueError:
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is not TOPIC=MS or MS") from None
+            if lags[topic] < 0:
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is negative")
+        return lags

@@ -1,0 +1,182 @@
+"""Worker settings, read from ``KDIV_*`` environment variables (documented in README).
+
+Every bad value is reported with the variable's name; nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kdiv.config.env import PREFIX, EnvReader, SettingsError
+from kdiv.config.security import PLAINTEXT, KafkaSecurity
+
+GUARANTEES = ("at_least_once", "exactly_once")
+PHASES = ("stream", "push")
+STRATEGIES = ("topic", "record", "topic_record")
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """How to reach the Schema Registry (KDIV_SCHEMA_REGISTRY_*)."""
+
+    url: str = "http://127.0.0.1:8081"
+    basic_auth: str = field(default="", repr=False)  # user:password
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    timeout_s: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> RegistrySettings:
+        env = EnvReader(environ)
+        url = env.str("SCHEMA_REGISTRY_URL", cls.url)
+        if not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
+            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} is not an http(s):// URL (or a comma-separated list)")
+        basic_auth = env.str("SCHEMA_REGISTRY_BASIC_AUTH", "")
+        if basic_auth and ":" not in basic_auth:
+            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_BASIC_AUTH must be USER:PASSWORD")
+        ca, cert, key = (env.file(f"SCHEMA_REGISTRY_{name}") for name in ("CA", "CERT", "KEY"))
+        if bool(cert) != bool(key):
+            raise SettingsError(
+                f"{PREFIX}SCHEMA_REGISTRY_CERT and {PREFIX}SCHEMA_REGISTRY_KEY go together (a client certificate and its key)"
+            )
+        if (ca or cert) and not url.startswith("https://"):
+            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_CA/CERT are set but {PREFIX}SCHEMA_REGISTRY_URL={url} is not https://")
+        return cls(url, basic_auth, ca, cert, key, env.float("SCHEMA_REGISTRY_TIMEOUT_S", cls.timeout_s))
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap: str = "127.0.0.1:9092"
+    app_id: str = "kdiv"
+    # Watched topics: explicit names, or a regex matched against the cluster's topics.
+    topics: tuple[str, ...] = ()
+    topic_pattern: re.Pattern | None = None
+    data_dir: Path = Path("kdiv-data")
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    web_enabled: bool = True
+    # Bearer token every web view but /health and /metrics requires ("": none, loopback only).
+    web_token: str = field(default="", repr=False)
+    web_allow_unauthenticated: bool = False
+    processing_guarantee: str = "at_least_once"
+    # topic -> min.compaction.lag.ms; "*" applies to every topic not named. A topic in
+    # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
+    compaction_lag_ms: Mapping[str, int] = field(default_factory=dict)
+    max_age_ms: int = -1
+    incident_topic: str = ""
+    initial_phase: str = "stream"
+    # Takeover after a worker dies takes about two session timeouts; see README.
+    session_timeout_s: float = 6.0
+    heartbeat_interval_s: float = 0.5
+    standby_replicas: int = 1
+    replication_factor: int = 1
+    # A unit of work: records validated between two state writes.
+    batch_max: int = 1000
+    batch_within_s: float = 0.1
+    commit_interval_s: float = 1.0
+    recent_incidents: int = 10_000
+    kafka_security: KafkaSecurity = PLAINTEXT
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    # Watched topics whose values carry Confluent's framing, checked against the registry
+    # ("*": every watched topic), and the subject name strategy per topic ("*": default).
+    schema_topics: tuple[str, ...] = ()
+    subject_strategies: Mapping[str, str] = field(default_factory=dict)
+    schema_check_keys: bool = False
+    # Register kdiv's state schema under its changelog subject when a restore finds it
+    # missing there (what ksqlDB's operators did by hand after KAFKA-10179); off: report only.
+    schema_auto_repair: bool = False
+    # How often open subject findings of the state are looked at again (a repair clears them).
+    schema_recheck_s: float = 30.0
+
+    @property
+    def incidents(self) -> str:
+        return self.incident_topic or f"{self.app_id}-incidents"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        env = EnvReader(environ)
+        topics = tuple(t.strip() for t in env.str("TOPICS", "").split(",") if t.strip())
+        pattern_text = env.str("TOPIC_PATTERN", "")
+        pattern = None
+        if pattern_text:
+            try:
+                pattern = re.compile(pattern_text)
+            except re.error as bad:
+                raise SettingsError(f"{PREFIX}TOPIC_PATTERN={pattern_text!r} is not a regex: {bad}") from None
+        if topics and pattern:
+            raise SettingsError(f"set {PREFIX}TOPICS or {PREFIX}TOPIC_PATTERN, not both")
+        if not topics and not pattern:
+            raise SettingsError(f"no watched topics: set {PREFIX}TOPICS (names) or {PREFIX}TOPIC_PATTERN (regex)")
+        settings = cls(
+            bootstrap=env.str("BOOTSTRAP", cls.bootstrap),
+            app_id=env.str("APP_ID", cls.app_id),
+            topics=topics,
+            topic_pattern=pattern,
+            data_dir=Path(env.str("DATA_DIR", str(cls.data_dir))),
+            web_host=env.str("WEB_HOST", cls.web_host),
+            web_port=env.int("WEB_PORT", cls.web_port, minimum=0),
+            web_enabled=env.bool("WEB_ENABLED", cls.web_enabled),
+            web_token=env.web_token("WEB_TOKEN"),
+            web_allow_unauthenticated=env.bool("WEB_ALLOW_UNAUTHENTICATED", False),
+            processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
+            compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
+            max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),
+            incident_topic=env.str("INCIDENT_TOPIC", ""),
+            initial_phase=env.choice("INITIAL_PHASE", PHASES, cls.initial_phase),
+            session_timeout_s=env.float("SESSION_TIMEOUT_S", cls.session_timeout_s),
+            heartbeat_interval_s=env.float("HEARTBEAT_INTERVAL_S", cls.heartbeat_interval_s),
+            standby_replicas=env.int("STANDBY_REPLICAS", cls.standby_replicas, minimum=0),
+            replication_factor=env.int("REPLICATION_FACTOR", cls.replication_factor, minimum=1),
+            batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
+            batch_within_s=env.float("BATCH_WITHIN_S", cls.batch_within_s),
+            commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
+            recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
+            kafka_security=KafkaSecurity.from_env(environ),
+            registry=RegistrySettings.from_env(environ),
+            schema_topics=tuple(t.strip() for t in env.str("SCHEMA_TOPICS", "").split(",") if t.strip()),
+            subject_strategies=env.mapping("SUBJECT_STRATEGY", lambda v: v if v in STRATEGIES else None, "topic, record or topic_record"),
+            schema_check_keys=env.bool("SCHEMA_CHECK_KEYS", False),
+            schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
+            schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
+        )
+        if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
+            raise SettingsError(
+                f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "
+                f"{PREFIX}SESSION_TIMEOUT_S={settings.session_timeout_s}"
+            )
+        if (settings.web_enabled and not settings.web_token and not settings.web_allow_unauthenticated
+                and not is_loopback(settings.web_host)):
+            raise SettingsError(
+                f"{PREFIX}WEB_HOST={settings.web_host} is reachable from other hosts, but {PREFIX}WEB_TOKEN is "
+                f"not set: set a token, bind to 127.0.0.1, or set {PREFIX}WEB_ALLOW_UNAUTHENTICATED=true"
+            )
+        return settings
+
+    def checks_schemas_of(self, topic: str) -> bool:
+        return "*" in self.schema_topics or topic in self.schema_topics
+
+    def subject_strategy(self, topic: str) -> str:
+        return self.subject_strategies.get(topic) or self.subject_strategies.get("*") or "topic"
+
+    def watches(self, topic: str) -> bool:
+        """True for a watched topic (never one of kdiv's own topics)."""
+        own = topic.startswith(f"{self.app_id}-") and (topic.endswith("-changelog") or "-__assignor-" in topic)
+        if own or topic == self.incidents or topic.startswith("__"):
+            return False
+        if self.topic_pattern is not None:
+            return self.topic_pattern.fullmatch(topic) is not None
+        return topic in self.topics
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to any interface
+        return False

@@ -1,0 +1,123 @@
+"""Reading topics with aiokafka into the validator's ConsumedRecord shape."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.div.record import ConsumedRecord
+from kdiv.kafka.tansu import detect_tansu, end_offsets
+
+_STALL_TIMEOUT_S = 30.0
+
+
+def to_consumed_record(message: ConsumerRecord) -> ConsumedRecord:
+    return ConsumedRecord(
+        message.topic,
+        message.partition,
+        message.offset,
+        message.timestamp,
+        message.key,
+        message.value,
+        tuple(message.headers),
+    )
+
+
+def standalone_consumer(bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **options) -> AIOKafkaConsumer:
+    """A consumer outside any group, committing nothing: it only reads. Not started."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **security.aiokafka_kwargs(), **options
+    )
+
+
+@asynccontextmanager
+async def _standalone_consumer(
+    bootstrap: str, *, security: KafkaSecurity = PLAINTEXT, **options
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started `standalone_consumer`, stopped on exit."""
+    consumer = standalone_consumer(bootstrap, security=security, **options)
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str, only: Iterable[int] | None = None) -> list[TopicPartition]:
+    """The topic's partitions (all, or `only`), or a LookupError naming what does not exist."""
+    await consumer.topics()  # refreshes metadata for every topic
+    found = consumer.partitions_for_topic(topic)
+    if not found:
+        raise LookupError(f"topic {topic!r} does not exist")
+    wanted = sorted(found) if only is None else sorted(set(only))
+    absent = [p for p in wanted if p not in found]
+    if absent:
+        raise LookupError(f"topic {topic!r} has no partition {', '.join(map(str, absent))} (it has {len(found)})")
+    return [TopicPartition(topic, p) for p in wanted]
+
+
+async def read_snapshot(
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    **consumer_options,
+) -> AsyncIterator[ConsumedRecord]:
+    """Every record of the topic from its start to its end as of the call; per-partition order.
+
+    Ends are exact on every broker (kafka_compat), so nothing written before the call is missed.
+    """
+    async with _standalone_consumer(bootstrap, security=security, **consumer_options) as consumer:
+        tps = await topic_partitions(consumer, topic, partitions)
+        ends = await end_offsets(consumer, tps, tansu=await detect_tansu(consumer))
+        starts = await consumer.beginning_offsets(tps)
+        remaining = {tp for tp in tps if ends[tp] > starts[tp]}
+        if not remaining:
+            return
+        consumer.assign(sorted(remaining, key=lambda tp: tp.partition))
+        for tp in remaining:
+            consumer.seek(tp, starts[tp])
+        last_progress = time.monotonic()
+        while remaining:
+            batches = await consumer.getmany(*remaining, timeout_ms=500)
+            for tp, messages in batches.items():
+                for message in messages:
+                    if message.offset >= ends[tp]:
+                        break
+                    yield to_consumed_record(message)
+            for tp in list(remaining):
+                # Compaction and transaction markers leave offset gaps, so compare positions.
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+            if batches:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > _STALL_TIMEOUT_S:
+                stuck = [f"{tp.topic}/{tp.partition} at {await consumer.position(tp)} of {ends[tp]}" for tp in remaining]
+                raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {', '.join(stuck)}")
+
+
+async def follow(
+    bootstrap: str,
+    topic: str,
+    *,
+    from_beginning: bool = True,
+    security: KafkaSecurity = PLAINTEXT,
+    **consumer_options,
+) -> AsyncIterator[ConsumedRecord]:
+    """Every record of every partition of the topic, live, until cancelled."""
+    async with _standalone_consumer(bootstrap, security=security, **consumer_options) as consumer:
+        tps = await topic_partitions(consumer, topic)
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        while True:
+            for messages in (await consumer.getmany(timeout_ms=1000)).values():
+                for message in messages:
+                    yield to_consumed_record(message)

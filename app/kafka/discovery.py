@@ -1,0 +1,162 @@
+"""What a worker must know of the cluster before Faust starts: which topics it watches, their
+partition counts (a state table per count, see `kdiv.worker.main`) and compaction policy, whether
+the broker is Tansu; and the incidents topic, created compacted if missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from kdiv.config.settings import Settings
+from kdiv.kafka.tansu import detect_tansu
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_WAIT_LOG_EVERY_S = 10.0
+_POLL_S = 1.0
+
+
+class DiscoveryError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedTopic:
+    name: str
+    partitions: int
+    # min.compaction.lag.ms when the topic is compacted, else None.
+    compaction_lag_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    tansu: bool
+    topics: tuple[WatchedTopic, ...]
+
+    @property
+    def partition_counts(self) -> tuple[int, ...]:
+        return tuple(sorted({t.partitions for t in self.topics}))
+
+    def topic(self, name: str) -> WatchedTopic | None:
+        return next((t for t in self.topics if t.name == name), None)
+
+
+def run_in_own_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion on a private loop in a thread.
+
+    Discovery runs when `kdiv.worker.main` is imported, before Faust has set up its loop; a thread
+    keeps the caller's thread free of a closed or foreign event loop.
+    """
+    result: list = []
+
+    def target() -> None:
+        try:
+            result.append(("ok", asyncio.run(coro)))
+        except BaseException as exc:  # re-raised in the caller's thread
+            result.append(("error", exc))
+
+    thread = threading.Thread(target=target, name="kdiv-discovery")
+    thread.start()
+    thread.join()
+    status, value = result[0]
+    if status == "error":
+        raise value
+    return value
+
+
+def admin_client(settings: Settings) -> AIOKafkaAdminClient:
+    """The worker's admin client, not started."""
+    return AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap,
+        client_id=f"{settings.app_id}-discovery",
+        **settings.kafka_security.aiokafka_kwargs(),
+    )
+
+
+async def discover(settings: Settings, *, wait_s: float | None = None, create_incidents: bool = True) -> ClusterView:
+    """Resolve the watched topics, waiting until they exist (forever when wait_s is None).
+
+    `create_incidents`: create the incidents topic if missing (a worker writes it; a
+    read-only job must not create topics)."""
+    admin = admin_client(settings)
+    await admin.start()
+    try:
+        tansu = await detect_tansu(admin)
+        if create_incidents:
+            await _ensure_incident_topic(admin, settings)
+        started = last_log = time.monotonic()
+        while True:
+            counts = await _partition_counts(admin, settings)
+            missing = [t for t in settings.topics if t not in counts]
+            if counts and not missing:
+                break
+            waiting_for = ", ".join(missing) if missing else f"a topic matching {settings.topic_pattern.pattern!r}"
+            now = time.monotonic()
+            if wait_s is not None and now - started >= wait_s:
+                raise DiscoveryError(f"no such topic after {wait_s:.0f} s: {waiting_for}")
+            if now - last_log >= _WAIT_LOG_EVERY_S or last_log == started:
+                log.warning("waiting for watched topic(s) to exist: %s", waiting_for)
+                last_log = now
+            await asyncio.sleep(_POLL_S)
+        lags = await _compaction_lags(admin, settings, sorted(counts))
+        topics = tuple(WatchedTopic(name, counts[name], lags[name]) for name in sorted(counts))
+        return ClusterView(tansu=tansu, topics=topics)
+    finally:
+        await admin.close()
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, settings: Settings) -> dict[str, int]:
+    names = [n for n in await admin.list_topics() if settings.watches(n)]
+    if not names:
+        return {}
+    counts = {}
+    for described in await admin.describe_topics(names):
+        if described.get("error_code", 0) == 0 and described["partitions"]:
+            counts[described["topic"]] = len(described["partitions"])
+    return counts
+
+
+async def _compaction_lags(admin: AIOKafkaAdminClient, settings: Settings, names: list[str]) -> dict[str, int | None]:
+    lags: dict[str, int | None] = {}
+    to_read = []
+    for name in names:
+        if name in settings.compaction_lag_ms:
+            lags[name] = settings.compaction_lag_ms[name]
+        elif "*" in settings.compaction_lag_ms:
+            lags[name] = settings.compaction_lag_ms["*"]
+        else:
+            to_read.append(name)
+    if to_read:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in to_read]
+        for response in await admin.describe_configs(resources):
+            for error_code, error_message, _type, name, entries, *_ in response.resources:
+                if error_code:
+                    raise DiscoveryError(f"cannot read the config of topic {name}: {error_message} ({error_code})")
+                config = {entry[0]: entry[1] for entry in entries}
+                policy = config.get("cleanup.policy") or "delete"
+                lags[name] = int(config.get("min.compaction.lag.ms") or 0) if "compact" in policy else None
+    return lags
+
+
+async def _ensure_incident_topic(admin: AIOKafkaAdminClient, settings: Settings) -> None:
+    if settings.incidents in await admin.list_topics():
+        return
+    # One partition: incidents are few, and one order makes "recent" and paging simple.
+    topic = NewTopic(
+        settings.incidents, num_partitions=1, replication_factor=settings.replication_factor,
+        topic_configs={"cleanup.policy": "compact"},
+    )
+    response = await admin.create_topics([topic])
+    for name, error_code, *rest in response.topic_errors:
+        # 36: TOPIC_ALREADY_EXISTS, when another worker created it first.
+        if error_code not in (0, 36):
+            raise DiscoveryError(f"cannot create the incidents topic {name}: error {error_code} {rest}")

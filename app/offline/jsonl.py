@@ -1,0 +1,115 @@
+"""The JSON Lines formats of `kdiv dump` (records) and `kdiv check` (verdicts).
+
+Record line:  {"topic", "partition", "offset", "timestamp", "key": base64|null,
+               "value": base64|null, "headers": [[name, base64|null], ...]}
+Verdict line: {"topic", "partition", "offset", "verdict", "producer": hex GUID|null,
+               "segment", "seq", "fatal", "detail"}
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.validator import ValidationResult
+
+
+class InputError(ValueError):
+    """A line that is not a valid record; the message names the source and line."""
+
+
+def _b64(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode("ascii")
+
+
+def _unb64(value, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a base64 string or null, not {type(value).__name__}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as bad:
+        raise ValueError(f"{what} is not valid base64: {bad}") from None
+
+
+def _int(obj: dict, name: str, minimum: int | None = None) -> int:
+    if name not in obj:
+        raise ValueError(f"missing field {name!r}")
+    value = obj[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"field {name!r} must be an integer, not {json.dumps(value)}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"field {name!r} must be >= {minimum}, not {value}")
+    return value
+
+
+def _record_from_obj(obj) -> ConsumedRecord:
+    if not isinstance(obj, dict):
+        raise ValueError(f"a record must be a JSON object, not {type(obj).__name__}")
+    topic = obj.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise ValueError("field 'topic' must be a non-empty string")
+    raw_headers = obj.get("headers", [])
+    if not isinstance(raw_headers, list):
+        raise ValueError("field 'headers' must be a list of [name, base64|null] pairs")
+    headers = []
+    for i, pair in enumerate(raw_headers):
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise ValueError(f"headers[{i}] must be a [name, base64|null] pair")
+        headers.append((pair[0], _unb64(pair[1], f"headers[{i}] value")))
+    return ConsumedRecord(
+        topic=topic,
+        partition=_int(obj, "partition", 0),
+        offset=_int(obj, "offset", 0),
+        timestamp=_int(obj, "timestamp"),
+        key=_unb64(obj.get("key"), "key"),
+        value=_unb64(obj.get("value"), "value"),
+        headers=tuple(headers),
+    )
+
+
+def parse_record(line: str, source: str, lineno: int) -> ConsumedRecord:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as bad:
+        raise InputError(f"{source}:{lineno}: not JSON: {bad.msg} at column {bad.colno}") from None
+    try:
+        return _record_from_obj(obj)
+    except ValueError as bad:
+        raise InputError(f"{source}:{lineno}: {bad}") from None
+
+
+def record_to_line(record: ConsumedRecord) -> str:
+    return json.dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp,
+            "key": _b64(record.key),
+            "value": _b64(record.value),
+            "headers": [[name, _b64(value)] for name, value in record.headers],
+        },
+        separators=(",", ":"),
+    )
+
+
+def result_to_line(result: ValidationResult) -> str:
+    record = result.record
+    return json.dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "verdict": result.verdict.value,
+            "producer": None if result.guid is None else result.guid.hex(),
+            "segment": result.segment,
+            "seq": result.seq,
+            "fatal": result.fatal,
+            "detail": result.detail,
+        },
+        separators=(",", ":"),
+    )

@@ -1,0 +1,215 @@
+"""Avro encoding of validator state: one producer's segment state (Venice's
+ProducerPartitionState) and one partition's push phase and counters.
+
+Unlike Venice's checkpoint, which drops `newSegment` and reopens a finalised checksum, the
+encoding is lossless: a tracker restored from it behaves exactly as the one that was saved,
+so a restarted worker neither raises a false alarm nor misses a fault.
+
+A value is the schemaless Avro body of `STATE_SCHEMA`; framing it with a registered
+schema id (Confluent's wire format) is `kdiv.state.values`'s job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import fastavro
+from kdiv.div.faults import Verdict
+from kdiv.div.ledger import KeyValidation
+from kdiv.div.segment import Segment
+from kdiv.div.validator import PartitionValidation
+from kdiv.div.wire import ChecksumType
+
+_PRODUCER_STATE = {
+    "type": "record",
+    "name": "ProducerPartitionState",
+    "namespace": "kdiv.state",
+    "fields": [
+        {"name": "segmentNumber", "type": "long"},
+        {"name": "sequenceNumber", "type": "long"},
+        {"name": "checksumType", "type": "int"},
+        # ADHASH running sum as a signed 64-bit long (two's complement of the unsigned sum).
+        {"name": "checksum", "type": ["null", "long"], "default": None},
+        {"name": "checksumFinalized", "type": "boolean", "default": False},
+        {"name": "registered", "type": "boolean", "default": False},
+        {"name": "started", "type": "boolean", "default": False},
+        {"name": "ended", "type": "boolean", "default": False},
+        {"name": "finalSegment", "type": "boolean", "default": False},
+        {"name": "newSegment", "type": "boolean", "default": False},
+        {"name": "lastOffset", "type": "long", "default": -1},
+        {"name": "lastProducerTimestamp", "type": "long", "default": -1},
+    ],
+}
+
+_PARTITION_STATE = {
+    "type": "record",
+    "name": "PartitionState",
+    "namespace": "kdiv.state",
+    "fields": [
+        {"name": "inPush", "type": "boolean"},
+        {"name": "pushFailed", "type": "boolean", "default": False},
+        {"name": "lastOffset", "type": "long", "default": -1},
+        {"name": "records", "type": "long", "default": 0},
+        # Verdict name -> count, for verdicts other than OK.
+        {"name": "verdictCounts", "type": {"type": "map", "values": "long"}, "default": {}},
+        {"name": "checkpointAnchorMs", "type": "long", "default": -1},
+    ],
+}
+
+_KEY_VALIDATION = {
+    "type": "record",
+    "name": "KeyValidation",
+    "namespace": "kdiv.state",
+    "fields": [
+        {"name": "offset", "type": "long"},
+        {"name": "timestamp", "type": "long"},
+        {"name": "crc", "type": "long"},
+        {"name": "tombstone", "type": "boolean"},
+        {"name": "producer", "type": ["null", "bytes"], "default": None},
+        {"name": "segment", "type": ["null", "long"], "default": None},
+        {"name": "seq", "type": ["null", "long"], "default": None},
+    ],
+}
+
+# Table values of every kind share one registered schema, the union of the records
+# (TopicNameStrategy allows a top-level union): partition and producer state share a
+# changelog, and the key ledger's changelog carries the same schema so one id serves all.
+# Evolve it by adding fields with defaults or union branches; values written with an older
+# registered version are read through Avro schema resolution into this one.
+STATE_SCHEMA_JSON = json.dumps([_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION], separators=(",", ":"))
+STATE_SCHEMA = fastavro.parse_schema([_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION])
+PARTITION_STATE_NAME = "kdiv.state.PartitionState"
+PRODUCER_STATE_NAME = "kdiv.state.ProducerPartitionState"
+KEY_VALIDATION_NAME = "kdiv.state.KeyValidation"
+_SIGN = 1 << 63
+_WRAP = 1 << 64
+
+
+class StateDecodeError(ValueError):
+    pass
+
+
+def _write(name: str, fields: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, STATE_SCHEMA, (name, fields))
+    return out.getvalue()
+
+
+def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | PartitionValidation | KeyValidation:
+    """A producer's Segment, a partition's PartitionValidation or a key's KeyValidation."""
+    if not body:
+        raise StateDecodeError("empty state value")
+    try:
+        name, fields = fastavro.schemaless_reader(
+            io.BytesIO(body), writer_schema, STATE_SCHEMA, return_record_name=True
+        )
+    except Exception as bad:  # fastavro raises several types for truncated or garbled bodies
+        raise StateDecodeError(f"state value does not decode: {bad!r}") from bad
+    if name == PRODUCER_STATE_NAME:
+        return _segment_of(fields)
+    if name == PARTITION_STATE_NAME:
+        return _partition_of(fields)
+    if name == KEY_VALIDATION_NAME:
+        return KeyValidation(**fields)
+    raise StateDecodeError(f"state value is a {name}, not a kind of kdiv state")
+
+
+def decode_segment(body: bytes, writer_schema=STATE_SCHEMA) -> Segment:
+    state = decode_state(body, writer_schema)
+    if not isinstance(state, Segment):
+        raise StateDecodeError(f"expected producer state, found {type(state).__name__}")
+    return state
+
+
+def decode_partition(body: bytes, writer_schema=STATE_SCHEMA) -> PartitionValidation:
+    state = decode_state(body, writer_schema)
+    if not isinstance(state, PartitionValidation):
+        raise StateDecodeError(f"expected partition state, found {type(state).__name__}")
+    return state
+
+
+def encode_key_validation(entry: KeyValidation) -> bytes:
+    return _write(KEY_VALIDATION_NAME, {
+        "offset": entry.offset,
+        "timestamp": entry.timestamp,
+        # record_crc is unsigned 32-bit: it fits a long as it is.
+        "crc": entry.crc,
+        "tombstone": entry.tombstone,
+        "producer": entry.producer,
+        "segment": entry.segment,
+        "seq": entry.seq,
+    })
+
+
+def encode_segment(segment: Segment) -> bytes:
+    checksum = segment.checksum
+    if checksum is not None and checksum >= _SIGN:
+        checksum -= _WRAP
+    return _write(
+        PRODUCER_STATE_NAME,
+        {
+            "segmentNumber": segment.segment_number,
+            "sequenceNumber": segment.sequence_number,
+            "checksumType": int(segment.checksum_type),
+            "checksum": checksum,
+            "checksumFinalized": segment.checksum_finalized,
+            "registered": segment.registered,
+            "started": segment.started,
+            "ended": segment.ended,
+            "finalSegment": segment.final_segment,
+            "newSegment": segment.new_segment,
+            "lastOffset": segment.last_offset,
+            "lastProducerTimestamp": segment.last_producer_ts,
+        },
+    )
+
+
+def _segment_of(fields: dict) -> Segment:
+    try:
+        ctype = ChecksumType(fields["checksumType"])
+    except ValueError as bad:
+        raise StateDecodeError(f"producer state has unknown checksum type {fields['checksumType']}") from bad
+    segment = Segment(fields["segmentNumber"], fields["sequenceNumber"], ctype)
+    checksum = fields["checksum"]
+    segment.checksum = None if checksum is None else checksum % _WRAP
+    segment.checksum_finalized = fields["checksumFinalized"]
+    segment.registered = fields["registered"]
+    segment.started = fields["started"]
+    segment.ended = fields["ended"]
+    segment.final_segment = fields["finalSegment"]
+    segment.new_segment = fields["newSegment"]
+    segment.last_offset = fields["lastOffset"]
+    segment.last_producer_ts = fields["lastProducerTimestamp"]
+    return segment
+
+
+def encode_partition(state: PartitionValidation) -> bytes:
+    """The partition's phase and counters; its producers are saved one key each."""
+    return _write(
+        PARTITION_STATE_NAME,
+        {
+            "inPush": state.in_push,
+            "pushFailed": state.push_failed,
+            "lastOffset": state.last_offset,
+            "records": state.records,
+            "verdictCounts": {v.value: n for v, n in state.verdict_counts.items()},
+            "checkpointAnchorMs": state.checkpoint_anchor_ms,
+        },
+    )
+
+
+def _partition_of(fields: dict) -> PartitionValidation:
+    """A PartitionValidation with an empty tracker: restore its producers with decode_segment."""
+    try:
+        counts = {Verdict(name): n for name, n in fields["verdictCounts"].items()}
+    except ValueError as bad:
+        raise StateDecodeError(f"partition state counts an unknown verdict: {bad}") from bad
+    return PartitionValidation(
+        in_push=fields["inPush"],
+        push_failed=fields["pushFailed"],
+        last_offset=fields["lastOffset"],
+        records=fields["records"],
+        verdict_counts=counts,
+        checkpoint_anchor_ms=fields["checkpointAnchorMs"],
+    )

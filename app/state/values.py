@@ -1,0 +1,75 @@
+"""kdiv's table values: the state codec's Avro bodies in Confluent's wire format.
+
+Pure. Values are written with the schema id the worker registered under its changelog
+subject, and read with whichever registered schema wrote them (`writer_schemas`, filled by
+the worker from the registry before it loads state), resolved into the current schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import fastavro
+from kdiv.div.ledger import KeyValidation
+from kdiv.div.segment import Segment
+from kdiv.div.validator import PartitionValidation
+from kdiv.state.codec import (
+    STATE_SCHEMA,
+    STATE_SCHEMA_JSON,
+    StateDecodeError,
+    decode_state,
+    encode_key_validation,
+    encode_partition,
+    encode_segment,
+)
+from kdiv.state.framing import FramingError, frame, unframe
+
+
+def changelog_subject(changelog_topic: str) -> str:
+    """The subject a TopicNameStrategy serializer of the changelog's values uses."""
+    return f"{changelog_topic}-value"
+
+
+class StateValues:
+    def __init__(self, schema_id: int, writer_schemas: Mapping[int, object] | None = None) -> None:
+        self.schema_id = schema_id
+        self._writers: dict[int, object] = {schema_id: STATE_SCHEMA, **(writer_schemas or {})}
+
+    @classmethod
+    def unregistered(cls) -> StateValues:
+        """Values framed with id 0, which no registry hands out: for state that never
+        leaves the process (checks, tests, benchmarks)."""
+        return cls(0)
+
+    def knows(self, schema_id: int) -> bool:
+        return schema_id in self._writers
+
+    def add_writer_schema(self, schema_id: int, schema_text: str) -> None:
+        """Learn a schema fetched from the registry; StateDecodeError if it is not Avro."""
+        try:
+            self._writers[schema_id] = fastavro.parse_schema(json.loads(schema_text))
+        except Exception as bad:  # json and fastavro raise several types
+            raise StateDecodeError(f"schema id {schema_id} is not a usable Avro schema: {bad!r}") from None
+
+    def encode(self, state: Segment | PartitionValidation | KeyValidation) -> bytes:
+        if isinstance(state, Segment):
+            body = encode_segment(state)
+        elif isinstance(state, KeyValidation):
+            body = encode_key_validation(state)
+        else:
+            body = encode_partition(state)
+        return frame(self.schema_id, body)
+
+    def decode(self, raw: bytes) -> Segment | PartitionValidation | KeyValidation:
+        try:
+            schema_id, body = unframe(raw)
+        except FramingError as bad:
+            raise StateDecodeError(f"state value is not framed: {bad}") from None
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            raise StateDecodeError(f"state value has schema id {schema_id}, which the registry did not give")
+        return decode_state(body, writer)
+
+
+__all__ = ["STATE_SCHEMA_JSON", "StateValues", "changelog_subject"]

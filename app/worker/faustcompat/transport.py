@@ -1,0 +1,168 @@
+"""The Faust transport kdiv workers use: Faust's aiokafka driver with exact end offsets.
+
+Faust takes a changelog's end from the consumer's "highwaters" to know when recovery is
+done. Two things go wrong there, and both make a restored table silently incomplete:
+
+- faust-streaming 0.15 under ``processing_guarantee="exactly_once"`` reads them from the
+  consumer's cached last stable offset, which is -1 for a partition never fetched: a
+  taken-over table comes back empty. On every broker we ask the consumer instead
+  (ListOffsets under its isolation level: the last stable offset when read_committed).
+- Tansu answers ListOffsets too low (see `kdiv.kafka.tansu`); there the end comes from a
+  Fetch. Only for Tansu.
+
+Third, after every (re)assignment Faust loses records or stalls its commits, on any
+broker. The fetcher already runs while tables recover, so records of source partitions
+are fetched (and aiokafka's position moves past them) before Faust seeks the source
+partitions back to their committed offsets (`perform_seek`) and resets its read offsets.
+Then: aiokafka's `seek_to_committed` leaves a partition without a committed offset (or
+committed at 0) where it is, so what was fetched and not processed there is never read;
+records of a batch taken before the seek are still handed out after it, and the first
+of them, far ahead of the reset read offset, makes Faust take the offsets in between
+for a gap (as after compaction) and count them as processed, so a commit passes records
+never validated, and the same gap later enters the acked offsets twice, after which the
+commit advances one offset per commit interval; and a record being handed out while the
+seek runs sets the read offset past the records fetched again, which are then dropped
+as already read. `KdivConsumerThread` seeks every source partition (to its beginning
+when nothing is committed: kdiv reads from the earliest offset) in one step and stamps
+each batch with the number of seeks before it; `KdivConsumer` drops records of batches
+taken before a seek that moved their partition, parks its fetch loop during the seek,
+and forgets what was acked before it, so reading restarts exactly at the new positions.
+
+The broker URL scheme selects the transport: ``kdiv://`` (any Kafka) or ``kdiv-tansu://``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+
+import faust.transport.drivers as drivers
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, Message
+from kdiv.kafka.tansu import end_offsets
+
+KAFKA_SCHEME = "kdiv"
+TANSU_SCHEME = "kdiv-tansu"
+
+
+class _Fetched(dict):
+    """A batch of fetched records, with the consumer thread's seek count when it was taken."""
+
+    seeks = 0
+
+
+class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    tansu = False
+    # Seeks back to committed offsets so far, and per source partition the count right
+    # after the last one that moved it. Only the consumer thread's loop changes them.
+    _seeks = 0
+    _moved: dict[TP, int]
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        return await self.call_thread(self._seek_to_committed)
+
+    async def _seek_to_committed(self) -> Mapping[TP, int]:
+        """Move every assigned partition to its committed offset, and every source
+        partition without one (or committed at 0, which aiokafka leaves alone) to its
+        beginning: kdiv workers read from the earliest offset."""
+        consumer = self._ensure_consumer()
+        changelogs = self.app.tables.changelog_topics
+        partitions = sorted(consumer.assignment())
+        committed = {tp: await consumer.committed(tp) for tp in partitions}
+        unset = [tp for tp in partitions if not committed[tp] and tp.topic not in changelogs]
+        beginnings = await consumer.beginning_offsets(unset) if unset else {}
+        # No await from here on: a batch is taken from the fetcher wholly before or wholly
+        # after these seeks, and `_fetch_records` stamps it with the count of seeks.
+        self._seeks += 1
+        moved = self.__dict__.setdefault("_moved", {})
+        still_assigned = consumer.assignment()  # a rebalance may have begun meanwhile
+        for tp in partitions:
+            offset = committed[tp] or beginnings.get(tp)
+            if offset is not None and tp in still_assigned:
+                consumer.seek(tp, offset)
+                moved[tp] = self._seeks
+        return committed
+
+    async def _fetch_records(self, *args, **kwargs) -> _Fetched:
+        records = _Fetched(await super()._fetch_records(*args, **kwargs))
+        records.seeks = self._seeks
+        return records
+
+    def moved_since(self, tp: TP, seeks: int) -> bool:
+        return self.__dict__.get("_moved", {}).get(tp, 0) > seeks
+
+
+class TansuConsumerThread(KdivConsumerThread):
+    tansu = True
+
+
+class KdivConsumer(faust_aiokafka.Consumer):
+    thread_class: type[KdivConsumerThread] = KdivConsumerThread
+    _batch_seeks = 0
+
+    async def _getmany(self, active_partitions, timeout: float):
+        records = await super()._getmany(active_partitions, timeout)
+        self._batch_seeks = getattr(records, "seeks", 0)
+        return records
+
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        thread = self._thread
+        async with aclosing(super().getmany(timeout)) as batch:
+            async for tp, message in batch:
+                if thread.moved_since(tp, self._batch_seeks):
+                    # Taken before a seek moved this partition: it is read again from
+                    # its new position, in order.
+                    continue
+                yield tp, message
+
+    async def perform_seek(self) -> None:
+        flowing = self.flow_active
+        if flowing:
+            # Park the fetch loop first: the record it is handing out may be stale after
+            # the seek, and Faust records its read offset once it is handed out, which
+            # must happen before the seek resets the read offsets, not after.
+            self.stop_flow()
+        try:
+            await super().perform_seek()
+            # Everything after the committed offsets is read again: what was acked (or
+            # taken for a gap) before counts for nothing.
+            changelogs = self.app.tables.changelog_topics
+            for tp in self.assignment():
+                if tp.topic not in changelogs:
+                    self._acked.pop(tp, None)
+                    self._acked_index.pop(tp, None)
+                    self._gap.pop(tp, None)
+        finally:
+            if flowing:
+                self.resume_flow()
+
+    def _new_consumer_thread(self) -> KdivConsumerThread:
+        return self.thread_class(self, loop=self.loop, beacon=self.beacon)
+
+
+class TansuConsumer(KdivConsumer):
+    thread_class = TansuConsumerThread
+
+
+class KdivTransport(faust_aiokafka.Transport):
+    Consumer = KdivConsumer
+
+
+class TansuTransport(faust_aiokafka.Transport):
+    Consumer = TansuConsumer
+
+
+drivers.TRANSPORTS.aliases[KAFKA_SCHEME] = f"{__name__}:KdivTransport"
+drivers.TRANSPORTS.aliases[TANSU_SCHEME] = f"{__name__}:TansuTransport"
+
+
+def broker_url(bootstrap: str, *, tansu: bool) -> str:
+    """Faust broker URL(s) for a bootstrap list "host:port[,host:port...]"."""
+    scheme = TANSU_SCHEME if tansu else KAFKA_SCHEME
+    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
+    if not hosts:
+        raise ValueError("empty bootstrap address")
+    return ";".join(f"{scheme}://{h.removeprefix('kafka://')}" for h in hosts)

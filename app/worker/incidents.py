@@ -1,0 +1,180 @@
+"""Incidents: one per fault, keyed by the fault's identity so a replay rewrites a key.
+
+The key is (topic, partition, producer, segment, seq, class): a worker that validates the
+same record again after a crash produces the same key, which a compacted topic (and every
+reader here) keeps once. Records without a readable producer (MALFORMED) are identified by
+their offset instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+from kdiv.div.faults import Verdict
+from kdiv.div.validator import ValidationResult
+
+NOT_FAULTS = frozenset({Verdict.OK, Verdict.UNTRACKED})
+NO_PRODUCER = "-"
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    topic: str
+    partition: int
+    producer: str  # GUID as hex, or "-" when the record has no readable producer
+    segment: int
+    seq: int
+    verdict: str
+    offset: int
+    severity: str  # "fatal" inside a push, else "warning"
+    detail: str
+    record_timestamp_ms: int
+    detected_at_ms: int
+    # Schema incidents (SCHEMA_UNKNOWN, SUBJECT_MISMATCH) are identified by schema id and
+    # field ("key"/"value") instead of producer and sequence.
+    schema_id: int | None = None
+    message_field: str | None = None
+    expected_subject: str | None = None
+    registered_subjects: tuple[str, ...] | None = None
+    resolved_at_ms: int | None = None
+
+    @property
+    def identity(self) -> tuple:
+        if self.schema_id is not None:
+            return (self.topic, self.partition, self.message_field, self.schema_id, self.verdict)
+        return (self.topic, self.partition, self.producer, self.segment, self.seq, self.verdict)
+
+    @property
+    def key(self) -> bytes:
+        if self.schema_id is not None:
+            fields = {"topic": self.topic, "partition": self.partition, "field": self.message_field,
+                      "schema_id": self.schema_id, "class": self.verdict}
+        else:
+            fields = {"topic": self.topic, "partition": self.partition, "producer": self.producer,
+                      "segment": self.segment, "seq": self.seq, "class": self.verdict}
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    def to_json(self) -> dict:
+        fields = asdict(self)
+        if self.schema_id is None:  # DIV incidents keep their original shape
+            for name in ("schema_id", "message_field", "expected_subject", "registered_subjects", "resolved_at_ms"):
+                del fields[name]
+        return fields
+
+    @property
+    def value(self) -> bytes:
+        return json.dumps(self.to_json(), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_value(cls, value: bytes) -> Incident:
+        fields = json.loads(value)
+        if fields.get("registered_subjects") is not None:
+            fields["registered_subjects"] = tuple(fields["registered_subjects"])
+        return cls(**fields)
+
+
+def schema_incident(topic: str, partition: int, offset: int, message_field: str, schema_id: int, verdict: str,
+                    expected_subject: str | None, registered: tuple[str, ...], detail: str, record_timestamp_ms: int,
+                    detected_at_ms: int, resolved_at_ms: int | None = None) -> Incident:
+    """A record (or state value) whose schema id is unknown or under the wrong subject."""
+    return Incident(
+        topic=topic, partition=partition, producer=NO_PRODUCER, segment=-1, seq=-1, verdict=verdict, offset=offset,
+        severity="warning", detail=detail, record_timestamp_ms=record_timestamp_ms, detected_at_ms=detected_at_ms,
+        schema_id=schema_id, message_field=message_field, expected_subject=expected_subject,
+        registered_subjects=registered, resolved_at_ms=resolved_at_ms,
+    )
+
+
+def incident_for(result: ValidationResult, detected_at_ms: int) -> Incident | None:
+    """The incident a verdict raises, or None for OK and UNTRACKED records."""
+    if result.verdict in NOT_FAULTS:
+        return None
+    record = result.record
+    if result.guid is None:
+        producer, segment, seq = NO_PRODUCER, -1, record.offset
+    else:
+        producer, segment, seq = result.guid.hex(), result.segment, result.seq
+    return Incident(
+        topic=record.topic,
+        partition=record.partition,
+        producer=producer,
+        segment=segment,
+        seq=seq,
+        verdict=result.verdict.value,
+        offset=record.offset,
+        severity="fatal" if result.fatal else "warning",
+        detail=result.detail,
+        record_timestamp_ms=record.timestamp,
+        detected_at_ms=detected_at_ms,
+    )
+
+
+class RecentIncidents:
+    """The latest incidents, newest last, one per identity, at most `capacity` of them."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._by_key: OrderedDict[bytes, Incident] = OrderedDict()
+
+    def add(self, key: bytes, incident: Incident) -> None:
+        if key in self._by_key:
+            self._by_key[key] = incident  # a replay: same fault, kept in its first place
+            return
+        self._by_key[key] = incident
+        if len(self._by_key) > self.capacity:
+            self._by_key.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def newest_first(self) -> Iterator[Incident]:
+        return reversed(self._by_key.values())
+
+
+class FaultRunLog:
+    """Logs one warning when a producer starts a run of faults, and one line when it ends.
+
+    Inside a push, Venice's rules report every record after a gap as MISSING; a log line
+    per record would bury the first one, which is the one that matters.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        # (topic, partition, producer) -> [verdict, first offset, last offset, count]
+        self._runs: dict[tuple[str, int, str], list] = {}
+
+    def observe(self, results: Iterable[tuple[ValidationResult, Incident | None]]) -> None:
+        for result, incident in results:
+            record = result.record
+            producer = result.guid.hex() if result.guid is not None else NO_PRODUCER
+            run_key = (record.topic, record.partition, producer)
+            run = self._runs.get(run_key)
+            if run is not None and (incident is None or run[0] != incident.verdict):
+                self._end(run_key, run)
+                run = None
+            if incident is None:
+                continue
+            if run is None:
+                self._runs[run_key] = [incident.verdict, record.offset, record.offset, 1]
+                self._log.warning(
+                    "%s (%s) at %s[%d]@%d producer %s segment %d seq %d: %s",
+                    incident.verdict, incident.severity, record.topic, record.partition, record.offset,
+                    producer, incident.segment, incident.seq, incident.detail,
+                )
+            else:
+                run[2] = record.offset
+                run[3] += 1
+
+    def _end(self, run_key: tuple[str, int, str], run: list) -> None:
+        del self._runs[run_key]
+        verdict, first, last, count = run
+        if count > 1:
+            topic, partition, producer = run_key
+            self._log.warning(
+                "%d %s records at %s[%d] offsets %d..%d from producer %s", count, verdict, topic, partition,
+                first, last, producer,
+            )

@@ -1,0 +1,217 @@
+"""Live validation over persisted state: what a worker does between its consumer and its table.
+
+Pure, like the validator it wraps: records and times come in, results and the state writes
+to make come out; the worker does the I/O.
+
+Crash consistency. A worker validates records in units (a batch of one partition) and
+then writes, in this order, to one changelog partition: the unit's incidents (awaited),
+the partition's state (phase, counters, last offset), then the state of each producer the
+unit touched. Source offsets are committed only after those writes are flushed. A crash
+therefore leaves a prefix of the writes, and records after the last commit come again:
+
+- offset <= the partition's saved last offset, and <= the producer's saved last offset:
+  the record's whole effect is saved; it is skipped (a replay, not a DUPLICATE).
+- offset <= the partition's, > the producer's: the partition state counts it but the
+  producer state never saw it; the producer is brought forward with partition-level
+  effects suppressed, and any incident comes out with the same key as before.
+- offset > the partition's: never saved; validated as new.
+
+The second case re-runs validation in the partition's saved phase, so a unit never spans
+a push boundary: START_OF_PUSH and END_OF_PUSH open a new unit (`opens_unit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kdiv.div.ledger import KeyValidation, key_validation_of, ledger_key
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.segment import Segment
+from kdiv.div.validator import (
+    DataIntegrityValidator,
+    PartitionValidation,
+    ValidationResult,
+)
+from kdiv.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, unpack_common
+from kdiv.state.codec import StateDecodeError
+from kdiv.state.tables import parse_key, partition_key, producer_key
+from kdiv.state.values import StateValues
+
+_PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
+
+
+@dataclass(slots=True)
+class StateWrites:
+    """Writes for one partition, in order: the partition state first, then its producers."""
+
+    topic: str
+    partition: int
+    partition_value: bytes
+    # (key, value); value None deletes the key (a producer expired by max age).
+    producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def in_order(self) -> list[tuple[bytes, bytes | None]]:
+        return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadError:
+    key: bytes
+    reason: str
+
+
+def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
+    """(GUID, kind) from the record's div header, or (None, None) when it has no readable one."""
+    raw = None
+    for name, value in record.headers:
+        if name == HEADER_NAME:
+            if raw is not None:
+                return None, None
+            raw = value
+    if raw is None or len(raw) < COMMON_SIZE:
+        return None, None
+    version, kind, guid, *_ = unpack_common(raw[:COMMON_SIZE])
+    if version != FORMAT_VERSION:
+        return None, None
+    return guid, kind
+
+
+class LiveValidation:
+    def __init__(self, validator: DataIntegrityValidator, values: StateValues | None = None,
+                 ledger_topics: frozenset[str] = frozenset()) -> None:
+        self.validator = validator
+        # How state is written to and read from the table (Confluent-framed Avro).
+        self.values = values or StateValues.unregistered()
+        # Compacted topics: their keys' last validated records go to the key ledger.
+        self.ledger_topics = ledger_topics
+        self._ledger: dict[tuple[str, int], dict[bytes, KeyValidation]] = {}
+        self._loaded: set[tuple[str, int]] = set()
+        self._dirty: dict[tuple[str, int], set[bytes]] = {}
+        self.load_errors: list[LoadError] = []
+        self.replays_skipped = 0
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    def is_loaded(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._loaded
+
+    def load(self, topic: str, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Install saved state for one partition from its table entries (other keys ignored)."""
+        self.load_many({(topic, partition)}, items)
+
+    def load_many(self, wanted: set[tuple[str, int]], items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Install saved state for several partitions from one pass over table entries.
+
+        A value that cannot be decoded is recorded in `load_errors` and left out, so that
+        producer starts afresh (its next record is judged as a new producer's) instead of
+        the worker stopping.
+        """
+        parts: dict[tuple[str, int], PartitionValidation] = {}
+        producers: dict[tuple[str, int], dict[bytes, Segment]] = {tp: {} for tp in wanted}
+        for key, value in items:
+            try:
+                state_key = parse_key(key)
+            except StateDecodeError as bad:
+                self.load_errors.append(LoadError(key, str(bad)))
+                continue
+            tp = (state_key.topic, state_key.partition)
+            if tp not in wanted or value is None:
+                continue
+            try:
+                state = self.values.decode(value)
+            except StateDecodeError as bad:
+                self.load_errors.append(LoadError(key, str(bad)))
+                continue
+            if (state_key.guid is None) != isinstance(state, PartitionValidation):
+                self.load_errors.append(LoadError(key, f"holds a {type(state).__name__}, not what its key names"))
+            elif state_key.guid is None:
+                parts[tp] = state
+            else:
+                producers[tp][state_key.guid] = state
+        for tp in wanted:
+            part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
+            self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
+            self._loaded.add(tp)
+            # Written again with the first unit: a store kept on local disk may hold writes
+            # whose changelog records a crash lost, and replays that are skipped would never
+            # send them; the partition's next owner restores from the changelog.
+            self._dirty[tp] = {*producers[tp], b""} if tp in parts or producers[tp] else set()
+
+    def unload(self, topic: str, partition: int) -> None:
+        """Forget a partition (revoked): its next owner reads it from the table."""
+        self._loaded.discard((topic, partition))
+        self._dirty.pop((topic, partition), None)
+        self._ledger.pop((topic, partition), None)
+        self.validator.clear_partition(topic, partition)
+
+    @property
+    def loaded(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self._loaded)
+
+    # -- validation --------------------------------------------------------------------------
+
+    def opens_unit(self, record: ConsumedRecord) -> bool:
+        """True when pending writes of the record's partition must be made before it."""
+        if not self._dirty.get((record.topic, record.partition)):
+            return False
+        _guid, kind = _producer_of(record)
+        return kind in _PUSH_MARKERS
+
+    def process(self, record: ConsumedRecord, now_ms: int) -> ValidationResult | None:
+        """Validate one record; None when it is a replay whose effect is already saved."""
+        tp = (record.topic, record.partition)
+        if tp not in self._loaded:
+            raise RuntimeError(f"{record.topic}[{record.partition}] is validated before its state is loaded")
+        part = self.validator.partitions[tp]
+        dirty = self._dirty.setdefault(tp, set())
+        if record.topic in self.ledger_topics:
+            # Replays too: a crash may have saved the partition state but not the ledger
+            # entry (another changelog), and the entry of a replay is the same entry.
+            entry = key_validation_of(record)
+            if entry is not None:
+                self._ledger.setdefault(tp, {})[record.key] = entry
+        if record.offset <= part.last_offset:
+            guid, _kind = _producer_of(record)
+            seen = part.tracker.segments.get(guid) if guid is not None else None
+            if guid is None or (seen is not None and seen.last_offset >= record.offset):
+                self.replays_skipped += 1
+                return None
+            # The partition state already holds this record's effects: keep them as they are.
+            saved = (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts))
+            result = self.validator.validate(record, now_ms)
+            part.in_push, part.push_failed, part.last_offset, part.records, part.verdict_counts = saved
+            dirty.add(guid)
+            return result
+        result = self.validator.validate(record, now_ms)
+        if result.guid is not None:
+            dirty.add(result.guid)
+        else:
+            # Counted in the partition state only: the unit still has something to write.
+            dirty.add(b"")
+        return result
+
+    def take_ledger_writes(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+        """Key ledger entries validated since the last call (the latest per key)."""
+        entries = self._ledger.pop((topic, partition), None)
+        if not entries:
+            return []
+        return [(ledger_key(topic, partition, key), self.values.encode(entry)) for key, entry in entries.items()]
+
+    def take_writes(self, topic: str, partition: int) -> StateWrites | None:
+        """The writes that save everything validated since the last call, or None."""
+        tp = (topic, partition)
+        dirty = self._dirty.get(tp)
+        if not dirty:
+            return None
+        checkpoint = self.validator.checkpoint(topic, partition)
+        part = self.validator.partitions[tp]
+        writes = StateWrites(topic, partition, self.values.encode(part))
+        for guid in sorted(dirty):
+            segment = checkpoint.upserts.get(guid)
+            if segment is not None:
+                writes.producers.append((producer_key(topic, partition, guid), self.values.encode(segment)))
+        for guid in checkpoint.expired:
+            writes.producers.append((producer_key(topic, partition, guid), None))
+        dirty.clear()
+        return writes

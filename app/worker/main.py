@@ -1,0 +1,31 @@
+"""The worker entry point: ``faust -A kdiv.worker.main worker`` (settings: ``KDIV_*``, see README).
+
+Importing this module reads the settings and the cluster (watched topics and their
+partition counts decide the state tables), registers the state schema under each table's
+changelog subject, then builds the Faust app.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kdiv.config.settings import Settings
+from kdiv.kafka.discovery import discover, run_in_own_loop
+from kdiv.registry.client import SchemaRegistry
+from kdiv.state.tables import state_changelogs
+from kdiv.worker.service import build_app
+from kdiv.worker.statecheck import register_state_schema
+
+
+async def _register(settings: Settings, changelogs: list[str]) -> int:
+    registry = SchemaRegistry(settings.registry)
+    try:
+        return await register_state_schema(registry, changelogs)
+    finally:
+        await registry.close()
+
+
+settings = Settings.from_env(os.environ)
+cluster = run_in_own_loop(discover(settings))
+state_schema_id = run_in_own_loop(_register(settings, state_changelogs(settings.app_id, cluster)))
+app, worker = build_app(settings, cluster, state_schema_id)

@@ -1,0 +1,98 @@
+"""Prometheus metrics of one worker, read from its live state at scrape time.
+
+A collector rather than counters updated per record: the validator already counts per
+partition, and the hot path stays free of metric calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kdiv.div.faults import Verdict
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+# aiohttp sets the charset itself and refuses one here.
+CONTENT_TYPE = "text/plain; version=0.0.4"
+_TP = ["topic", "partition"]
+
+
+class WorkerCollector:
+    def __init__(self, worker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        worker = self.worker
+        validated = CounterMetricFamily("kdiv_records_validated", "Records validated, per partition", labels=_TP)
+        faults = CounterMetricFamily(
+            "kdiv_faults", "Records judged other than OK or UNTRACKED, per partition and class",
+            labels=[*_TP, "class"],
+        )
+        untracked = CounterMetricFamily("kdiv_records_untracked", "Records without a div header", labels=_TP)
+        producers = GaugeMetricFamily("kdiv_producers_tracked", "Producers with state, per partition", labels=_TP)
+        in_push = GaugeMetricFamily("kdiv_partition_in_push", "1 between START_OF_PUSH and END_OF_PUSH", labels=_TP)
+        push_failed = GaugeMetricFamily("kdiv_push_failed", "1 when the last push had a fatal fault", labels=_TP)
+        lag = GaugeMetricFamily("kdiv_consumer_lag", "Records behind the partition's high watermark", labels=_TP)
+        for (topic, partition), part in sorted(worker.live.validator.partitions.items()):
+            labels = [topic, str(partition)]
+            validated.add_metric(labels, part.records)
+            for verdict, count in sorted(part.verdict_counts.items(), key=lambda item: item[0].value):
+                if verdict is Verdict.UNTRACKED:
+                    untracked.add_metric(labels, count)
+                else:
+                    faults.add_metric([*labels, verdict.value], count)
+            producers.add_metric(labels, len(part.tracker.segments))
+            in_push.add_metric(labels, int(part.in_push))
+            push_failed.add_metric(labels, int(part.push_failed))
+            behind = worker.lag(topic, partition)
+            if behind is not None:
+                lag.add_metric(labels, behind)
+        yield from (validated, faults, untracked, producers, in_push, push_failed, lag)
+
+        stats = worker.stats
+        for name, help_text, value in (
+            ("kdiv_batches", "Batches validated", stats.batches),
+            ("kdiv_incidents_sent", "Incidents written to the incidents topic", stats.incidents_sent),
+            ("kdiv_state_writes", "Units of state written to the tables", stats.state_writes),
+            ("kdiv_replays_skipped", "Re-delivered records whose effect was already saved", worker.live.replays_skipped),
+            ("kdiv_bad_incident_records", "Unreadable records in the incidents topic", stats.bad_incident_records),
+            ("kdiv_schema_checked_records", "Framed records whose schema id was checked", stats.schema_checked_records),
+            ("kdiv_schema_unchecked_records", "Framed records left unchecked: the registry could not answer",
+             stats.schema_unchecked_records),
+            ("kdiv_schema_registry_requests", "Requests to the Schema Registry", worker.lookups.stats.requests),
+            ("kdiv_schema_registry_failures", "Registry requests without a usable answer", worker.lookups.stats.failures),
+            ("kdiv_state_schema_repairs", "State schemas registered under their changelog subject by kdiv",
+             worker.state_check.repairs),
+            ("kdiv_restore_records", "Changelog records applied to the state store (restores and standbys)",
+             worker.restore.totals.records),
+            ("kdiv_restore_batches", "Changelog batches applied to the state store", worker.restore.totals.batches),
+            ("kdiv_restores_completed", "Changelog partitions whose active restore completed",
+             worker.restore.totals.completed),
+        ):
+            counter = CounterMetricFamily(name, help_text)
+            counter.add_metric([], value)
+            yield counter
+
+        recovery = worker.recovery_status()
+        for name, help_text, value in (
+            ("kdiv_recovery_in_progress", "1 while tables are being restored", int(recovery["in_progress"])),
+            ("kdiv_recovery_active_remaining", "Changelog records left to restore", recovery["active_remaining"]),
+            ("kdiv_recovery_standby_remaining", "Changelog records standbys are behind", recovery["standby_remaining"]),
+            ("kdiv_restore_last_duration_seconds", "Duration of the last completed partition restore",
+             worker.restore.totals.last_duration_ms / 1000),
+            ("kdiv_restores_in_progress", "Changelog partitions being restored or replicated now",
+             len(worker.restore.active)),
+            ("kdiv_state_schema_findings", "Open SUBJECT_MISMATCH / SCHEMA_UNKNOWN findings in the state",
+             len(worker.state_check.open)),
+            ("kdiv_schema_registry_available", "0 while the registry is backed off after a failure",
+             int(worker.lookups.available)),
+        ):
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], value)
+            yield gauge
+
+
+def render(worker) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(worker))
+    return generate_latest(registry)

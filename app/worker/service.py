@@ -1,0 +1,469 @@
+"""The live validator as a Faust application: agents, state tables, incidents.
+
+One agent reads every watched topic in batches and hands records to `LiveValidation`,
+which decides what is new and what is a replay; this module does the I/O in the order
+`kdiv.worker.live` requires: incidents (awaited), then the partition state, then producer states,
+all before the batch's offsets can be committed (Faust flushes its producer first).
+
+State lives in one RocksDB table per partition count of the watched topics: Faust keeps a
+table's changelog partition with the source partition of the same number, which only
+holds for topics with the table's partition count. Keys of all watched topics with that
+count share the table: the partition state and producer states of a source partition
+then share one changelog partition, whose order makes the write order above hold after a
+crash too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faust.streams import _current_event
+from faust.types import TP, EventT
+from kdiv.clock import wall_clock_ms
+from kdiv.config.settings import Settings
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.kafka.discovery import ClusterView
+from kdiv.kafka.tansu import enable_tansu_producer_ids
+from kdiv.registry.client import SchemaRegistry
+from kdiv.registry.subjects import UNCHECKED, SchemaLookups
+from kdiv.state.framing import schema_id_of
+from kdiv.state.tables import (
+    ledger_partition_counts,
+    ledger_table_name,
+    state_changelogs,
+    table_name,
+)
+from kdiv.state.values import StateValues
+from kdiv.worker.credentials import faust_credentials
+from kdiv.worker.faustcompat.transport import broker_url
+from kdiv.worker.incidents import (
+    FaultRunLog,
+    Incident,
+    RecentIncidents,
+    incident_for,
+    schema_incident,
+)
+from kdiv.worker.live import LiveValidation
+from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
+from kdiv.worker.statecheck import LOCAL_STORE, StateFinding, StateSchemaCheck
+from kdiv.worker.views import register_views
+
+log = logging.getLogger("kdiv.worker")
+
+
+def record_of_message(message) -> ConsumedRecord:
+    """A Faust message as the validator takes it (Faust keeps timestamps in seconds)."""
+    headers = message.headers or ()
+    if isinstance(headers, dict):
+        headers = headers.items()
+    return ConsumedRecord(
+        message.topic,
+        message.partition,
+        message.offset,
+        round(message.timestamp * 1000) if message.timestamp is not None else -1,
+        message.key,
+        message.value,
+        tuple((name if isinstance(name, str) else name.decode(), value) for name, value in headers),
+    )
+
+
+@contextmanager
+def writing_for(event: EventT):
+    """Make `event` Faust's current event while writing a unit of state.
+
+    Faust's Table picks the changelog and RocksDB partition from the current event; units
+    are written after their batch (or before a push marker), so name the event whose
+    source partition the unit belongs to.
+    """
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+@dataclass
+class WorkerStats:
+    batches: int = 0
+    incidents_sent: int = 0
+    state_writes: int = 0
+    bad_incident_records: int = 0
+    schema_checked_records: int = 0
+    schema_unchecked_records: int = 0
+
+
+class ValidationWorker:
+    def __init__(self, app: faust.App, settings: Settings, cluster: ClusterView, state_schema_id: int,
+                 clock=wall_clock_ms) -> None:
+        self.app = app
+        self.settings = settings
+        self.cluster = cluster
+        self.clock = clock
+        lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
+        self.values = StateValues(state_schema_id)
+        self.live = LiveValidation(
+            DataIntegrityValidator(
+                lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
+                start_in_push=settings.initial_phase == "push",
+                max_age_ms=settings.max_age_ms,
+            ),
+            self.values,
+            ledger_topics=frozenset(t.name for t in cluster.topics if t.compaction_lag_ms is not None),
+        )
+        self.lookups = SchemaLookups(
+            SchemaRegistry(settings.registry), clock=lambda: clock() / 1000, timeout_s=settings.registry.timeout_s
+        )
+        self.state_check = StateSchemaCheck(self.lookups, self.values, auto_repair=settings.schema_auto_repair)
+        self.restore = RestoreListener(clock)
+        self.tables = {n: self._state_table(table_name(n), n) for n in cluster.partition_counts}
+        self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
+        self.ledger_tables = {n: self._state_table(ledger_table_name(n), n) for n in ledger_partition_counts(cluster)}
+        self._ledger_of_topic = {t.name: self.ledger_tables[t.partitions] for t in cluster.topics
+                                 if t.compaction_lag_ms is not None}
+        self._changelogs = state_changelogs(settings.app_id, cluster)
+        self.recent = RecentIncidents(settings.recent_incidents)
+        self.runs = FaultRunLog(log)
+        self.stats = WorkerStats()
+        self.load_errors_seen = 0
+        self._schema_judged: set[tuple[str, int, str, int]] = set()
+        self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
+
+    def _state_table(self, name: str, partitions: int) -> StateTable:
+        changelog = f"{self.settings.app_id}-{name}-changelog"
+        recovery = self.app.tables.recovery
+
+        async def on_changelog_event(event: EventT) -> None:
+            message = event.message
+            highwater = recovery.active_highwaters.get(message.tp)
+            self.restore.on_record(message.topic, message.partition, message.offset, message.value, highwater)
+
+        table = self.app.Table(
+            name,
+            partitions=partitions,
+            key_type=bytes,
+            value_type=bytes,
+            help=f"kdiv validator {name} of the watched topics with {partitions} partitions",
+            on_changelog_event=on_changelog_event,
+        )
+        if table.changelog_topic.get_topic_name() != changelog:
+            raise RuntimeError(f"table changelog is {table.changelog_topic.get_topic_name()}, expected {changelog}")
+        table.restore_listener = self.restore
+
+        @table.on_recover
+        async def after_restore() -> None:
+            await self.after_restore(table, changelog)
+
+        return table
+
+    # -- the state's schemas -----------------------------------------------------------------
+
+    async def after_restore(self, table: StateTable, changelog: str) -> None:
+        """Restore listener end, then the subject check of every schema id the state holds."""
+        recovery = self.app.tables.recovery
+        self.restore.on_end(changelog, changelog_partitions(recovery.actives_for_table.get(table, ()), changelog))
+        ids = self.restore.first_offsets(changelog)
+        for value in table.values():
+            schema_id = schema_id_of(value)
+            if schema_id is not None and schema_id not in ids:
+                # Held by the local store, not re-read from the changelog this time.
+                ids[schema_id] = (-1, LOCAL_STORE)
+        await self.state_check.learn_writer_schemas(ids)
+        await self._report_state_findings(await self.state_check.check(changelog, ids))
+
+    async def watch_state_schemas(self, recheck_s: float) -> None:
+        """Check ids standbys replicate, and look again at open findings (a repair clears them)."""
+        last_recheck = 0.0
+        while True:
+            await asyncio.sleep(1.0)
+            if self.restore.new_ids:
+                self.restore.new_ids = False
+                for changelog in self._changelogs:
+                    await self._report_state_findings(await self.state_check.check(changelog, self.restore.first_offsets(changelog)))
+            now = self.clock() / 1000
+            if self.state_check.open and now - last_recheck >= recheck_s:
+                last_recheck = now
+                await self._report_state_findings(await self.state_check.recheck())
+
+    async def _report_state_findings(self, findings: list[StateFinding]) -> None:
+        now = self.clock()
+        incidents = [
+            schema_incident(f.changelog, f.partition, f.first_offset, "value", f.schema_id, f.verdict, f.expected_subject,
+                            f.registered_subjects, f.detail, -1, now, resolved_at_ms=now if f.resolved else None)
+            for f in findings
+        ]
+        await self._send_incidents(incidents)
+
+    async def _send_incidents(self, incidents: list[Incident]) -> None:
+        if not incidents:
+            return
+        producer = self.app.producer
+        sent = [await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents]
+        await asyncio.gather(*sent)
+        self.stats.incidents_sent += len(incidents)
+
+    # -- watched topics' schemas -------------------------------------------------------------
+
+    async def _judge_schemas(self, framed: dict[tuple[str, int, str, int], list[int]],
+                             pending: dict[tuple[str, int], list[Incident]]) -> None:
+        """Incidents for framed records whose schema id is unknown or under another subject.
+
+        `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
+        One incident per identity per worker; a record the registry cannot be asked about
+        now is counted unchecked and its id is asked about again with the next batch.
+        """
+        now = self.clock()
+        for (topic, partition, message_field, schema_id), (offset, timestamp, records) in framed.items():
+            identity = (topic, partition, message_field, schema_id)
+            if identity in self._schema_judged:
+                self.stats.schema_checked_records += records
+                continue
+            strategy = self.settings.subject_strategy(topic)
+            judgement = await self.lookups.judgement(schema_id, topic, strategy, is_key=message_field == "key")
+            verdict, info, expected = judgement.verdict, judgement.info, judgement.expected_subject
+            if verdict == UNCHECKED:
+                self.stats.schema_unchecked_records += records
+                continue
+            self.stats.schema_checked_records += records
+            self._schema_judged.add(identity)
+            if verdict is None:
+                continue
+            registered = tuple(sorted(info.subjects)) if info else ()
+            detail = (f"{message_field} schema id {schema_id} is unknown to the registry" if info is None else
+                      f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
+                      f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}")
+            pending.setdefault((topic, partition), []).append(
+                schema_incident(topic, partition, offset, message_field, schema_id, verdict, expected, registered,
+                                detail, timestamp, now)
+            )
+
+    def lag(self, topic: str, partition: int) -> int | None:
+        """Records between the last validated one and the partition's high watermark."""
+        part = self.live.validator.partitions.get((topic, partition))
+        if part is None or self.app.consumer is None:
+            return None
+        try:
+            highwater = self.app.consumer.highwater(TP(topic, partition))
+        except (KeyError, AttributeError):
+            return None
+        if highwater is None or highwater < 0:
+            return None
+        return max(highwater - (part.last_offset + 1), 0)
+
+    def recovery_status(self) -> dict:
+        recovery = self.app.tables.recovery
+        return {
+            "in_progress": bool(recovery.in_recovery),
+            "active_remaining": recovery.active_remaining_total(),
+            "standby_remaining": recovery.standby_remaining_total(),
+        }
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    def on_revoked(self, revoked: Iterable[TP]) -> None:
+        for tp in revoked:
+            self.live.unload(tp.topic, tp.partition)
+
+    def on_assigned(self, assigned: Iterable[TP]) -> None:
+        keep = {(tp.topic, tp.partition) for tp in assigned}
+        for topic, partition in self.live.loaded - keep:
+            self.live.unload(topic, partition)
+
+    def _load_assigned(self) -> None:
+        """Load every assigned, not yet loaded source partition in one pass per table."""
+        wanted_by_table: dict[int, set[tuple[str, int]]] = {}
+        for tp in self.app.consumer.assignment():
+            topic = self.cluster.topic(tp.topic)
+            if topic is not None and not self.live.is_loaded(tp.topic, tp.partition):
+                wanted_by_table.setdefault(topic.partitions, set()).add((tp.topic, tp.partition))
+        for n, wanted in wanted_by_table.items():
+            self.live.load_many(wanted, self.tables[n].items())
+            self.load_errors_seen += len(self.live.load_errors)
+            for error in self.live.load_errors:
+                log.error("unreadable state %r in table %s: %s; that producer starts afresh",
+                          error.key, table_name(n), error.reason)
+            self.live.load_errors.clear()
+
+    # -- validation --------------------------------------------------------------------------
+
+    async def process_batch(self, events: Sequence[EventT]) -> None:
+        now = self.clock()
+        live = self.live
+        pending: dict[tuple[str, int], list[Incident]] = {}
+        last_event: dict[tuple[str, int], EventT] = {}
+        observed = []
+        framed: dict[tuple[str, int, str, int], list[int]] = {}
+        for event in events:
+            record = record_of_message(event.message)
+            tp = (record.topic, record.partition)
+            if record.topic in self._schema_topics:
+                self._note_framing(record, framed)
+            if not live.is_loaded(*tp):
+                self._load_assigned()
+                if not live.is_loaded(*tp):  # e.g. revoked meanwhile: its owner validates it
+                    live.load(record.topic, record.partition, self._table_of_topic[record.topic].items())
+            if live.opens_unit(record):
+                # Pending writes may predate this batch (state written again after a load):
+                # any event of the partition names it.
+                await self._write_unit(tp, last_event.get(tp, event), pending.pop(tp, []))
+            result = live.process(record, now)
+            last_event[tp] = event
+            if result is None:
+                continue
+            incident = incident_for(result, now)
+            observed.append((result, incident))
+            if incident is not None:
+                pending.setdefault(tp, []).append(incident)
+        if framed:
+            await self._judge_schemas(framed, pending)
+        for tp, event in last_event.items():
+            await self._write_unit(tp, event, pending.pop(tp, []))
+        self.runs.observe(observed)
+        self.stats.batches += 1
+
+    def _note_framing(self, record: ConsumedRecord, framed: dict) -> None:
+        parts = (("value", record.value), ("key", record.key)) if self.settings.schema_check_keys else (("value", record.value),)
+        for message_field, raw in parts:
+            schema_id = schema_id_of(raw)
+            if schema_id is None:
+                continue
+            seen = framed.get((record.topic, record.partition, message_field, schema_id))
+            if seen is None:
+                framed[(record.topic, record.partition, message_field, schema_id)] = [record.offset, record.timestamp, 1]
+            else:
+                seen[2] += 1
+
+    async def _write_unit(self, tp: tuple[str, int], event: EventT, incidents: list[Incident]) -> None:
+        # Acknowledged before the state that accounts for them is written: a crash
+        # between the two re-emits them under the same keys, never loses them.
+        await self._send_incidents(incidents)
+        ledger_writes = self.live.take_ledger_writes(*tp)
+        if ledger_writes:
+            ledger = self._ledger_of_topic[tp[0]]
+            with writing_for(event):
+                for key, value in ledger_writes:
+                    ledger[key] = value
+        writes = self.live.take_writes(*tp)
+        if writes is None:
+            return
+        table = self._table_of_topic[tp[0]]
+        with writing_for(event):
+            for key, value in writes.in_order():
+                if value is None:
+                    try:
+                        del table[key]
+                    except KeyError:
+                        pass
+                else:
+                    table[key] = value
+        self.stats.state_writes += 1
+
+    # -- incidents, for the views ------------------------------------------------------------
+
+    def incidents_consumer(self) -> AIOKafkaConsumer:
+        """The consumer `read_incidents` follows the incidents topic with, not started."""
+        return AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap,
+            client_id=f"{self.settings.app_id}-incidents-reader",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **self.settings.kafka_security.aiokafka_kwargs(),
+        )
+
+    async def read_incidents(self) -> None:
+        """Follow the whole incidents topic, so every worker can show every incident."""
+        consumer = self.incidents_consumer()
+        await consumer.start()
+        try:
+            partitions = consumer.partitions_for_topic(self.settings.incidents) or {0}
+            consumer.assign([TopicPartition(self.settings.incidents, p) for p in sorted(partitions)])
+            while True:
+                batches = await consumer.getmany(timeout_ms=1000)
+                for records in batches.values():
+                    for record in records:
+                        self._add_incident(record)
+        finally:
+            await consumer.stop()
+
+    def _add_incident(self, record) -> None:
+        if record.value is None:
+            return
+        try:
+            incident = Incident.from_value(record.value)
+        except (ValueError, TypeError) as bad:
+            self.stats.bad_incident_records += 1
+            log.error("unreadable incident at %s[%d]@%d: %s", record.topic, record.partition, record.offset, bad)
+            return
+        self.recent.add(record.key, incident)
+
+
+def build_app(settings: Settings, cluster: ClusterView, state_schema_id: int) -> tuple[faust.App, ValidationWorker]:
+    """The Faust app; `state_schema_id`: the state schema's id under the changelog subjects
+    (`kdiv.worker.statecheck.register_state_schema`)."""
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    if cluster.tansu:
+        # Faust's producers under exactly_once need producer ids, which aiokafka cannot get
+        # from Tansu unaided.
+        enable_tansu_producer_ids()
+    app = faust.App(
+        settings.app_id,
+        broker=broker_url(settings.bootstrap, tansu=cluster.tansu),
+        # Faust hands these to its consumer, producers and topic-creating client alike.
+        broker_credentials=faust_credentials(settings.kafka_security),
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        processing_guarantee=settings.processing_guarantee,
+        # Takeover after a worker dies takes about two session timeouts (README, "Timeouts").
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        broker_commit_interval=settings.commit_interval_s,
+        consumer_auto_offset_reset="earliest",
+        table_standby_replicas=settings.standby_replicas,
+        topic_replication_factor=settings.replication_factor,
+        key_serializer="raw",
+        value_serializer="raw",
+        web_enabled=settings.web_enabled,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        autodiscover=False,
+        Table=StateTable,
+    )
+    # `faust worker` sets conf.web_enabled from its own --with-web flag (default on); the
+    # boot strategy's choice wins over both, so KDIV_WEB_ENABLED means what it says.
+    app.boot_strategy.enable_web = settings.web_enabled
+    worker = ValidationWorker(app, settings, cluster, state_schema_id)
+    source = app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes)
+
+    @app.agent(source, name="validate")
+    async def validate(stream):
+        async for events in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+            await worker.process_batch(events)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender, revoked, **kwargs):
+        worker.on_revoked(revoked)
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender, assigned, **kwargs):
+        worker.on_assigned(assigned)
+
+    register_views(app, worker)
+
+    @app.task
+    async def follow_incidents():
+        await worker.read_incidents()
+
+    @app.task
+    async def watch_state_schemas():
+        await worker.watch_state_schemas(settings.schema_recheck_s)
+
+    return app, worker

@@ -1,0 +1,296 @@
+"""Read-only web views of a worker (JSON shapes in docs/web-views.md).
+
+Any worker answers for all: a partition's state is served by the worker that owns it
+(the request is forwarded there, as Faust's table routing does), and the list views ask
+every worker of the group for its partitions and merge the answers. Incidents are read by
+every worker from the incidents topic, so each serves them itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+
+from aiohttp import ClientError, ClientTimeout, web
+from faust.web import Request, Response, View
+from kdiv.div.segment import SegmentStatus
+from kdiv.worker import metrics
+from kdiv.worker.webauth import authorization_header, bearer_token_middleware
+from yarl import URL
+
+log = logging.getLogger("kdiv.views")
+
+LOCAL = "local"
+_PEER_TIMEOUT = ClientTimeout(total=5)
+MAX_PAGE = 1000
+
+
+class BadRequest(Exception):
+    pass
+
+
+def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
+    return {
+        "topic": topic,
+        "partition": partition,
+        "producer": guid.hex(),
+        "segment": segment.segment_number,
+        "seq": segment.sequence_number,
+        "status": segment.status.name,
+        "registered": segment.registered,
+        "checksum_type": int(segment.checksum_type),
+        "last_offset": segment.last_offset,
+        "last_producer_timestamp_ms": segment.last_producer_ts,
+    }
+
+
+def partition_json(worker, topic: str, partition: int, part) -> dict:
+    return {
+        "topic": topic,
+        "partition": partition,
+        "phase": "push" if part.in_push else "stream",
+        "push_failed": part.push_failed,
+        "last_offset": part.last_offset,
+        "records": part.records,
+        "counts": {verdict.value: n for verdict, n in part.counts.items()},
+        "producers": len(part.tracker.segments),
+        "lag": worker.lag(topic, partition),
+        "worker": str(worker.app.conf.canonical_url),
+    }
+
+
+def _int_param(request: Request, name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None):
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name}={raw!r} is not an integer") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        raise BadRequest(f"query parameter {name}={value} is outside {minimum}..{maximum if maximum else ''}")
+    return value
+
+
+class Views:
+    def __init__(self, app, worker) -> None:
+        self.app = app
+        self.worker = worker
+        # Peers require the same token as any client.
+        self._peer_headers = authorization_header(worker.settings.web_token)
+
+    # -- peers -------------------------------------------------------------------------------
+
+    def _peer_urls(self) -> list[URL]:
+        me = URL(str(self.app.conf.canonical_url))
+        urls = {URL(str(url)) for url in self.app.assignor.external_topics_metadata()}
+        return sorted((u for u in urls if (u.host, u.port) != (me.host, me.port)), key=str)
+
+    def _owner_of(self, topic: str, partition: int) -> URL | None:
+        for url, topics in self.app.assignor.external_topics_metadata().items():
+            if partition in topics.get(topic, ()):
+                return URL(str(url))
+        return None
+
+    async def _ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
+        target = url.with_path(request.path).with_query({**request.query, "scope": LOCAL})
+        try:
+            async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT, headers=self._peer_headers) as response:
+                if response.status != 200:
+                    return url, None
+                return url, await response.json()
+        except (ClientError, asyncio.TimeoutError, ValueError) as bad:
+            log.warning("worker %s did not answer %s: %s", url, request.path, bad)
+            return url, None
+
+    async def _gather(self, request: Request, local: list[dict]) -> dict:
+        """Local items plus every peer's, unless this is itself a peer's request."""
+        if request.query.get("scope") == LOCAL:
+            return {"items": local}
+        answers = await asyncio.gather(*(self._ask(url, request) for url in self._peer_urls()))
+        items = list(local)
+        unavailable = []
+        for url, answer in answers:
+            if answer is None:
+                unavailable.append(str(url))
+            else:
+                items.extend(answer["items"])
+        items.sort(key=lambda item: (item["topic"], item["partition"], item.get("producer", "")))
+        return {"items": items, "unavailable_workers": unavailable}
+
+    # -- views -------------------------------------------------------------------------------
+
+    def producers(self, request: Request, guid: str | None = None) -> list[dict]:
+        topic = request.query.get("topic")
+        partition = _int_param(request, "partition", None)
+        status = request.query.get("status")
+        if status is not None and status not in SegmentStatus.__members__:
+            raise BadRequest(f"status={status!r} is not one of {', '.join(SegmentStatus.__members__)}")
+        if guid is not None:
+            try:
+                wanted = bytes.fromhex(guid)
+            except ValueError:
+                raise BadRequest(f"producer {guid!r} is not a hex GUID") from None
+        items = []
+        for (t, p), part in sorted(self.worker.live.validator.partitions.items()):
+            if (topic is not None and t != topic) or (partition is not None and p != partition):
+                continue
+            for g, segment in part.tracker.segments.items():
+                if guid is not None and g != wanted:
+                    continue
+                if status is not None and segment.status.name != status:
+                    continue
+                items.append(producer_json(t, p, g, segment))
+        return items
+
+    def partitions(self, request: Request) -> list[dict]:
+        topic = request.query.get("topic")
+        return [
+            partition_json(self.worker, t, p, part)
+            for (t, p), part in sorted(self.worker.live.validator.partitions.items())
+            if topic is None or t == topic
+        ]
+
+    def incidents(self, request: Request) -> dict:
+        limit = _int_param(request, "limit", 50, minimum=1, maximum=MAX_PAGE)
+        offset = _int_param(request, "offset", 0)
+        topic = request.query.get("topic")
+        verdict = request.query.get("class")
+        matching = [
+            i for i in self.worker.recent.newest_first()
+            if (topic is None or i.topic == topic) and (verdict is None or i.verdict == verdict)
+        ]
+        page = matching[offset:offset + limit]
+        return {
+            "items": [i.to_json() for i in page],
+            "total": len(matching),
+            "offset": offset,
+            "limit": limit,
+            "next_offset": offset + limit if offset + limit < len(matching) else None,
+        }
+
+    def health(self) -> tuple[int, dict]:
+        recovery = self.worker.recovery_status()
+        parts = self.worker.live.validator.partitions
+        failed = [{"topic": t, "partition": p} for (t, p), part in sorted(parts.items()) if part.push_failed]
+        assigned = sorted(
+            (tp.topic, tp.partition) for tp in self.app.consumer.assignment()
+            if self.worker.cluster.topic(tp.topic) is not None
+        ) if self.app.consumer is not None else []
+        # While tables recover, assigned partitions not yet loaded are still being restored;
+        # afterwards a partition's state loads with its first record, so idle ones are ready.
+        restoring = recovery["in_progress"]
+        ready = [{"topic": t, "partition": p} for t, p in assigned if (t, p) in parts or not restoring]
+        recovering = [{"topic": t, "partition": p} for t, p in assigned if (t, p) not in parts and restoring]
+        # Degraded: serving, but its state is under a subject its readers do not look in.
+        findings = [f.to_json() for f in self.worker.state_check.open.values()]
+        status = "recovering" if recovery["in_progress"] else "degraded" if findings else "ready"
+        lookups = self.worker.lookups
+        body = {
+            "status": status,
+            "ready": ready,
+            "recovering": recovering,
+            "failed": failed,
+            "recovery": recovery,
+            "state_load_errors": self.worker.load_errors_seen,
+            "state_schema_findings": findings,
+            "schema_registry": {
+                "url": lookups.registry.url,
+                "available": lookups.available,
+                "last_error": lookups.stats.last_error,
+                "unchecked_records": self.worker.stats.schema_unchecked_records,
+            },
+        }
+        # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
+        # faults, reported but not a reason to restart the worker.
+        return (503 if recovery["in_progress"] else 200), body
+
+
+def register_views(app, worker) -> Views:
+    views = Views(app, worker)
+
+    def error(view: View, status: int, message: str) -> Response:
+        return view.json({"error": HTTPStatus(status).phrase, "message": message}, status=status)
+
+    @web.middleware
+    async def json_errors(request, handler):
+        # aiohttp answers unknown paths and methods with HTML; every error here is JSON.
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return web.json_response(
+                {"error": exc.reason, "message": f"{request.method} {request.path}: {exc.reason}"}, status=exc.status
+            )
+
+    app.web.web_app.middlewares.append(json_errors)
+    if worker.settings.web_token:
+        # Inside json_errors: an unknown path or method is not revealed without the token.
+        app.web.web_app.middlewares.append(bearer_token_middleware(worker.settings.web_token))
+
+    @app.page("/producers/")
+    class ProducersView(View):
+        async def get(self, request: Request) -> Response:
+            try:
+                return self.json(await views._gather(request, views.producers(request)))
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
+
+    @app.page("/producers/{guid}/")
+    class ProducerView(View):
+        async def get(self, request: Request, guid: str) -> Response:
+            try:
+                answer = await views._gather(request, views.producers(request, guid))
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
+            if request.query.get("scope") != LOCAL and not answer["items"]:
+                return error(self, 404, f"no state for producer {guid}")
+            return self.json(answer)
+
+    @app.page("/partitions/")
+    class PartitionsView(View):
+        async def get(self, request: Request) -> Response:
+            return self.json(await views._gather(request, views.partitions(request)))
+
+    @app.page("/partitions/{topic}/{partition}/")
+    class PartitionView(View):
+        async def get(self, request: Request, topic: str, partition: str) -> Response:
+            try:
+                number = int(partition)
+            except ValueError:
+                return error(self, 400, f"partition {partition!r} is not an integer")
+            part = views.worker.live.validator.partitions.get((topic, number))
+            if part is not None:
+                return self.json(partition_json(views.worker, topic, number, part))
+            owner = views._owner_of(topic, number)
+            me = URL(str(views.app.conf.canonical_url))
+            if owner is not None and (owner.host, owner.port) != (me.host, me.port) and request.query.get("scope") != LOCAL:
+                _url, answer = await views._ask(owner, request)
+                if answer is not None:
+                    return self.json(answer)
+                return error(self, 503, f"{topic}[{number}] is owned by {owner}, which did not answer")
+            return error(self, 404, f"{topic}[{number}] is not a watched partition with state here")
+
+    @app.page("/incidents/")
+    class IncidentsView(View):
+        async def get(self, request: Request) -> Response:
+            try:
+                return self.json(views.incidents(request))
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
+
+    @app.page("/health")
+    class HealthView(View):
+        async def get(self, request: Request) -> Response:
+            status, body = views.health()
+            return self.json(body, status=status)
+
+    @app.page("/metrics")
+    class MetricsView(View):
+        async def get(self, request: Request) -> Response:
+            return self.bytes(metrics.render(views.worker), content_type=metrics.CONTENT_TYPE)
+
+    return views
+
