@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 import click
+
 from kdiv import __version__
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import DISABLED, DataIntegrityValidator, TopicPolicy
@@ -112,7 +113,9 @@ def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | N
 @click.argument("topic")
 @bootstrap_option
 @click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Only these partitions.")
-@click.option("--output", "-o", type=click.File("w", encoding="utf-8"), default="-", help="Where to write (default stdout).")
+@click.option(
+    "--output", "-o", type=click.File("w", encoding="utf-8"), default="-", help="Where to write (default stdout)."
+)
 def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> None:
     """Write TOPIC, from its start to its end when the command starts, as JSON Lines for `kdiv check`."""
     from kdiv.offline.dump import dump_topic
@@ -125,8 +128,13 @@ def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> Non
 @click.argument("topic")
 @bootstrap_option
 @click.option("--from-end", is_flag=True, help="Only records written from now on (default: from the start).")
-@click.option("--phase", type=click.Choice(["push", "stream"]), default="stream", show_default=True,
-              help="Phase every partition starts in.")
+@click.option(
+    "--phase",
+    type=click.Choice(["push", "stream"]),
+    default="stream",
+    show_default=True,
+    help="Phase every partition starts in.",
+)
 def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
     """Validate TOPIC live with a plain consumer, printing every fault as a JSON line.
 
@@ -157,13 +165,32 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
 @click.option("--topic", default="kdiv-demo", show_default=True, help="Topic to write (created if missing).")
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=0.1), default=50.0, show_default=True, help="Records per second.")
-@click.option("--fault-every", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
-              help="Seconds between injected faults (loss, duplicate, corruption, reordering, unregistered, push failure).")
-@click.option("--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever).")
-@click.option("--replication-factor", envvar="KDIV_REPLICATION_FACTOR", type=click.IntRange(min=1), default=1,
-              show_default=True, help="Replication of the topic if it is created (env KDIV_REPLICATION_FACTOR).")
+@click.option(
+    "--fault-every",
+    type=click.FloatRange(min=0.1),
+    default=4.0,
+    show_default=True,
+    help="Seconds between injected faults (loss, duplicate, corruption, reordering, unregistered, push failure).",
+)
+@click.option(
+    "--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever)."
+)
+@click.option(
+    "--replication-factor",
+    envvar="KDIV_REPLICATION_FACTOR",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Replication of the topic if it is created (env KDIV_REPLICATION_FACTOR).",
+)
 def demo(
-    bootstrap: str, topic: str, partitions: int, rate: float, fault_every: float, duration: float, replication_factor: int
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    rate: float,
+    fault_every: float,
+    duration: float,
+    replication_factor: int,
 ) -> None:
     """Write a stamped topic and inject every fault class on a schedule."""
     import logging
@@ -218,8 +245,13 @@ def schemas() -> None:
 @schemas.command("check")
 @click.argument("topic")
 @bootstrap_option
-@click.option("--strategy", type=click.Choice(["topic", "record", "topic_record"]), default="topic", show_default=True,
-              help="The subject name strategy the topic's deserializers use.")
+@click.option(
+    "--strategy",
+    type=click.Choice(["topic", "record", "topic_record"]),
+    default="topic",
+    show_default=True,
+    help="The subject name strategy the topic's deserializers use.",
+)
 @click.option("--keys", is_flag=True, help="Check the keys' framing instead of the values'.")
 @click.option("--repair", is_flag=True, help="Register each mismatched schema under the expected subject.")
 def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair: bool) -> None:
@@ -270,7 +302,12 @@ if __name__ == "__main__":
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--master", default="local[2]", show_default=True, help="Spark master (local[N], spark://host:7077, yarn, k8s://...).")
+@click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="Spark master (local[N], spark://host:7077, yarn, k8s://...).",
+)
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", help="Spark configuration, repeatable.")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 def reconcile(master: str, spark_conf: tuple[str, ...], job_args: tuple[str, ...]) -> None:

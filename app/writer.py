@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
+
 from kdiv.clock import wall_clock_ms
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord

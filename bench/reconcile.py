@@ -50,6 +50,7 @@ if str(ROOT) not in sys.path:
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
 from kdiv.dev.broker import DevBroker  # noqa: E402
 from kdiv.reconcile.kafka_source import (  # noqa: E402
     DEFAULT_BATCH_RECORDS,
@@ -183,7 +184,9 @@ def stage_plain(bench: Bench, snapshot: Snapshot) -> int:
                 if not messages:
                     raise BenchError(f"no records from {r.topic}[{r.partition}] at offset {next_offset} for 5 s")
                 if messages[-1].error():
-                    raise BenchError(f"reading {r.topic}[{r.partition}] at offset {next_offset}: {messages[-1].error()}")
+                    raise BenchError(
+                        f"reading {r.topic}[{r.partition}] at offset {next_offset}: {messages[-1].error()}"
+                    )
                 read += len(messages)
                 next_offset = messages[-1].offset() + 1
             consumer.unassign()
@@ -292,8 +295,10 @@ def run(args: argparse.Namespace, bootstrap: str) -> None:
 
     create_topic(bootstrap, topic, args.partitions)
     seconds = produce(bench)
-    print(f"produced {args.records:,} records to {topic} ({args.partitions} partitions) in {seconds:.1f} s "
-          f"({args.records / seconds * 60:,.0f} rec/min)")
+    print(
+        f"produced {args.records:,} records to {topic} ({args.partitions} partitions) in {seconds:.1f} s "
+        f"({args.records / seconds * 60:,.0f} rec/min)"
+    )
     full = take_snapshot(bootstrap, [topic])
     if full.records_planned != args.records:
         raise BenchError(f"the snapshot of {topic} plans {full.records_planned} records, {args.records} were written")
@@ -301,8 +306,10 @@ def run(args: argparse.Namespace, bootstrap: str) -> None:
 
     print(f"SparkSession ({args.master}) start: {build_spark(bench):.1f} s")
     cold = measure(bench, "datasource", snapshots[args.sizes[0]])
-    print(f"first datasource query of the session (cold), {cold.records:,} records: {cold.seconds:.1f} s "
-          f"({cold.per_minute:,.0f} rec/min)")
+    print(
+        f"first datasource query of the session (cold), {cold.records:,} records: {cold.seconds:.1f} s "
+        f"({cold.per_minute:,.0f} rec/min)"
+    )
 
     results: dict[tuple[str, int], list[Measurement]] = {}
     for round_ in range(args.repeat):
@@ -310,8 +317,11 @@ def run(args: argparse.Namespace, bootstrap: str) -> None:
             for name in args.stages:
                 m = measure(bench, name, snapshots[size])
                 results.setdefault((name, size), []).append(m)
-                print(f"  round {round_ + 1} {name:10s} {size:>10,}: {m.seconds:6.2f} s "
-                      f"{m.per_minute:>13,.0f} rec/min  others {m.others:4.0%}", flush=True)
+                print(
+                    f"  round {round_ + 1} {name:10s} {size:>10,}: {m.seconds:6.2f} s "
+                    f"{m.per_minute:>13,.0f} rec/min  others {m.others:4.0%}",
+                    flush=True,
+                )
     report(args, results)
 
 
@@ -325,8 +335,10 @@ def report(args: argparse.Namespace, results: dict[tuple[str, int], list[Measure
         for name in args.stages:
             ms = results[(name, size)]
             rate = median_rate(name, size)
-            print(f"{name:10s} {size:>10,} {rate:>15,.0f} {max(m.per_minute for m in ms):>13,.0f} "
-                  f"{rate / 60:>9,.0f} {statistics.median(m.others for m in ms):>7.0%}")
+            print(
+                f"{name:10s} {size:>10,} {rate:>15,.0f} {max(m.per_minute for m in ms):>13,.0f} "
+                f"{rate / 60:>9,.0f} {statistics.median(m.others for m in ms):>7.0%}"
+            )
     print()
     for numerator, denominator in RATIOS:
         if numerator in args.stages and denominator in args.stages:
@@ -348,15 +360,31 @@ def main() -> None:
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the summary gives medians")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of: {', '.join(STAGES)}")
-    parser.add_argument("--batch-records", type=int, default=DEFAULT_BATCH_RECORDS,
-                        help="data source: records per consume() call and Arrow batch")
-    parser.add_argument("--max-records-per-split", type=int, default=DEFAULT_MAX_RECORDS_PER_SPLIT,
-                        help="data source: offsets per Spark input partition")
-    parser.add_argument("--consumer-config", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="librdkafka properties for both readers (e.g. fetch.max.bytes=1048576)")
+    parser.add_argument(
+        "--batch-records",
+        type=int,
+        default=DEFAULT_BATCH_RECORDS,
+        help="data source: records per consume() call and Arrow batch",
+    )
+    parser.add_argument(
+        "--max-records-per-split",
+        type=int,
+        default=DEFAULT_MAX_RECORDS_PER_SPLIT,
+        help="data source: offsets per Spark input partition",
+    )
+    parser.add_argument(
+        "--consumer-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka properties for both readers (e.g. fetch.max.bytes=1048576)",
+    )
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--bootstrap", default=os.environ.get("KDIV_BOOTSTRAP", ""),
-                        help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KDIV_BOOTSTRAP", ""),
+        help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)",
+    )
     args = parser.parse_args()
     try:
         args.sizes = sorted({int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()})

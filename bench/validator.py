@@ -19,9 +19,9 @@ import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from kdiv.div.record import ConsumedRecord  # noqa: E402
-from kdiv.div.stamper import DivStamper  # noqa: E402
-from kdiv.div.validator import DataIntegrityValidator  # noqa: E402
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.stamper import DivStamper
+from kdiv.div.validator import DataIntegrityValidator
 
 
 def build_stream(records: int, producers: int, partitions: int, value_size: int) -> list[ConsumedRecord]:

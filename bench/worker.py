@@ -96,6 +96,7 @@ if str(ROOT) not in sys.path:
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
+
 from kdiv.dev.broker import DevBroker  # noqa: E402
 from kdiv.dev.demo import ensure_topic  # noqa: E402
 from kdiv.dev.registry.process import DevRegistryProcess  # noqa: E402
@@ -123,9 +124,7 @@ async def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> float
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
-        writers = [
-            DivWriter(producer, max_records_per_segment=args.segment_records) for _ in range(args.producers)
-        ]
+        writers = [DivWriter(producer, max_records_per_segment=args.segment_records) for _ in range(args.producers)]
         await writers[0].partitions(topic)  # metadata for the topic before the clock starts
         start = time.perf_counter()
         for i in range(args.records):
@@ -139,7 +138,9 @@ async def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> float
         await producer.stop()
 
 
-async def topic_sizes(bootstrap: str, topics: dict[str, int | None], tansu: bool) -> dict[str, dict[TopicPartition, int]]:
+async def topic_sizes(
+    bootstrap: str, topics: dict[str, int | None], tansu: bool
+) -> dict[str, dict[TopicPartition, int]]:
     """Exact end offsets of each topic (partition count, or None: as the broker reports them)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
@@ -147,7 +148,7 @@ async def topic_sizes(bootstrap: str, topics: dict[str, int | None], tansu: bool
         ends = {}
         for topic, count in topics.items():
             if count is None:
-                await consumer._client.force_metadata_update()  # noqa: SLF001 - topics made since start
+                await consumer._client.force_metadata_update()
                 found = consumer.partitions_for_topic(topic)
                 if not found:
                     continue
@@ -221,8 +222,9 @@ class CpuSample:
     @classmethod
     def take(cls, worker_pid: int | None, broker_pid: int | None) -> CpuSample:
         own = os.times()
-        return cls(time.monotonic(), process_cpu_s(worker_pid), process_cpu_s(broker_pid), own.user + own.system,
-                   machine_cpu())
+        return cls(
+            time.monotonic(), process_cpu_s(worker_pid), process_cpu_s(broker_pid), own.user + own.system, machine_cpu()
+        )
 
 
 def cpu_shares(start: CpuSample, end: CpuSample) -> str:
@@ -468,8 +470,10 @@ def variant_error(variant: str) -> str | None:
     base, *patches = variant.split("+")
     allowed = DIRECT_PATCHES if base == "direct" else FAUST_PATCHES
     if base not in BASES or any(p not in allowed for p in patches):
-        return (f"{variant!r}: expected one of {', '.join(BASES)}, the Faust ones optionally "
-                f"+{'/+'.join(FAUST_PATCHES)}, direct optionally +{'/+'.join(DIRECT_PATCHES)}")
+        return (
+            f"{variant!r}: expected one of {', '.join(BASES)}, the Faust ones optionally "
+            f"+{'/+'.join(FAUST_PATCHES)}, direct optionally +{'/+'.join(DIRECT_PATCHES)}"
+        )
     return None
 
 
@@ -488,11 +492,13 @@ def _variant_app(variant: str):
     from kdiv.worker.main import app, worker
 
     if base == "noop":
+
         async def process_batch(events) -> None:
             worker.stats.batches += 1
 
         worker.process_batch = process_batch
     elif base == "nowrites":
+
         async def write_unit(tp, event, incidents) -> None:
             worker.live.take_writes(*tp)  # validated and encoded, not written
 
@@ -519,7 +525,7 @@ class _Resumed:
             except GeneratorExit:
                 coro.close()
                 raise
-            except BaseException as exc:  # noqa: BLE001 - forwarded into the coroutine, e.g. cancellation
+            except BaseException as exc:
                 try:
                     yielded = coro.throw(exc)
                 except StopIteration as stop:
@@ -624,13 +630,14 @@ async def direct_worker() -> None:  # pragma: no cover - runs as the "direct" va
     record, before `opens_unit` and `LiveValidation.process`, which each scan the header.
     """
     from aiokafka import ConsumerRebalanceListener
+    from rocksdict import Options, Rdict, WriteBatch
+
     from kdiv.config.settings import Settings
     from kdiv.div.faults import Verdict
     from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
     from kdiv.kafka.discovery import discover
     from kdiv.worker.incidents import incident_for
     from kdiv.worker.live import LiveValidation
-    from rocksdict import Options, Rdict, WriteBatch
 
     settings = Settings.from_env(os.environ)
     cluster = await discover(settings)
@@ -647,11 +654,17 @@ async def direct_worker() -> None:  # pragma: no cover - runs as the "direct" va
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, client_id=f"{settings.app_id}-admin")
     await admin.start()
     try:
-        response = await admin.create_topics([
-            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor,
-                     topic_configs={"cleanup.policy": "compact"})
-            for n, name in changelogs.items()
-        ])
+        response = await admin.create_topics(
+            [
+                NewTopic(
+                    name,
+                    num_partitions=n,
+                    replication_factor=settings.replication_factor,
+                    topic_configs={"cleanup.policy": "compact"},
+                )
+                for n, name in changelogs.items()
+            ]
+        )
         for name, error_code, *rest in response.topic_errors:
             if error_code not in (0, 36):  # 36: already exists
                 raise RuntimeError(f"cannot create {name}: error {error_code} {rest}")
@@ -774,7 +787,7 @@ def lean_fast_path(live, tp: TopicPartition):  # pragma: no cover - runs in the 
 
     part = live.validator.partitions[(tp.topic, tp.partition)]
     accept = part.tracker.accept_in_order
-    add = live._dirty.setdefault((tp.topic, tp.partition), set()).add  # noqa: SLF001
+    add = live._dirty.setdefault((tp.topic, tp.partition), set()).add
 
     def fast(record) -> bool:
         raw = None
@@ -787,8 +800,10 @@ def lean_fast_path(live, tp: TopicPartition):  # pragma: no cover - runs in the 
         if found != 1 or raw is None or len(raw) != COMMON_SIZE or offset <= part.last_offset:
             return False
         version, kind, guid, segment, seq, producer_ts, header_crc = unpack_common(raw)
-        if version != FORMAT_VERSION or kind != 0 or not accept(
-            guid, segment, seq, producer_ts, header_crc, record_crc(0, record.key, record.value), offset
+        if (
+            version != FORMAT_VERSION
+            or kind != 0
+            or not accept(guid, segment, seq, producer_ts, header_crc, record_crc(0, record.key, record.value), offset)
         ):
             return False
         part.records += 1
@@ -808,9 +823,24 @@ def start_py_spy(pid: int, out: Path, log: Path, rate: int) -> subprocess.Popen:
         raise BenchError("--profile needs py-spy: pip install py-spy (into this venv)")
     with open(log, "wb") as handle:
         return subprocess.Popen(
-            [py_spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw", "--threads",
-             "--nonblocking", "--output", str(out)],
-            stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                py_spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                str(rate),
+                "--format",
+                "raw",
+                "--threads",
+                "--nonblocking",
+                "--output",
+                str(out),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
@@ -833,8 +863,14 @@ CATEGORIES = [
     ("Faust tables (faust/tables)", re.compile(r"faust/tables/")),
     ("aiokafka producer (changelog sends)", re.compile(r"aiokafka/producer/")),
     ("aiokafka fetcher + record parsing (consumer thread)", re.compile(r"aiokafka/(consumer|record)/")),
-    ("Faust consumer loop (drain, offsets, acks, commit)", re.compile(r"faust/transport/consumer\.py|faust/transport/drivers/")),
-    ("Faust producer buffer / conductor / topics", re.compile(r"faust/transport/(producer|conductor)\.py|faust/topics\.py")),
+    (
+        "Faust consumer loop (drain, offsets, acks, commit)",
+        re.compile(r"faust/transport/consumer\.py|faust/transport/drivers/"),
+    ),
+    (
+        "Faust producer buffer / conductor / topics",
+        re.compile(r"faust/transport/(producer|conductor)\.py|faust/topics\.py"),
+    ),
     ("Faust streams, events, channels, agents", re.compile(r"faust/(streams|events|channels|agents/)")),
     ("Faust other", re.compile(r"/faust/")),
     ("mode (wait_first, events, queues, threads)", re.compile(r"/mode/")),
@@ -892,8 +928,10 @@ def summarize_profile(path: Path, top: int) -> list[str]:
     def pct(n: int) -> str:
         return f"{100 * n / total:5.1f}%"
 
-    out = [f"py-spy samples: {total} (threads on CPU; py-spy cuts coroutine stacks at the task, so a"
-           " frame's inclusive share undercounts its callers)"]
+    out = [
+        f"py-spy samples: {total} (threads on CPU; py-spy cuts coroutine stacks at the task, so a"
+        " frame's inclusive share undercounts its callers)"
+    ]
     out.append("by thread:")
     out += [f"  {pct(n)}  {name}" for name, n in by_thread.most_common(6)]
     out.append("by category (the deepest frame of each sample that falls in one):")
@@ -902,8 +940,9 @@ def summarize_profile(path: Path, top: int) -> list[str]:
     out += [f"  {pct(n)}  {name}" for name, n in self_time.most_common(top)]
     out.append(f"top {top} by inclusive time (the event loop's and CLI's frames left out):")
     boring = re.compile(r"\((asyncio/|click/|faust/cli/|mode/worker\.py|mode/threads\.py|faust\)|threading\.py)")
-    out += [f"  {pct(n)}  {name}" for name, n in
-            [(k, v) for k, v in inclusive.most_common() if not boring.search(k)][:top]]
+    out += [
+        f"  {pct(n)}  {name}" for name, n in [(k, v) for k, v in inclusive.most_common() if not boring.search(k)][:top]
+    ]
     return out
 
 
@@ -919,8 +958,10 @@ def report(run: WorkerRun, bare_rate: float, verbose: bool) -> None:
     if steady:
         head = f"steady {fmt_rate(steady)}, ratio to bare {steady / bare_rate:.3f}"
     else:
-        head = (f"after ready {fmt_rate(run.after_ready_rate)}, ratio to bare {run.after_ready_rate / bare_rate:.3f} "
-                "(too few commits inside the run for a steady figure)")
+        head = (
+            f"after ready {fmt_rate(run.after_ready_rate)}, ratio to bare {run.after_ready_rate / bare_rate:.3f} "
+            "(too few commits inside the run for a steady figure)"
+        )
     print(f"  {run.variant} ({run.batch}): {head}")
     print(
         f"      startup {run.startup_s:.1f} s | after ready {fmt_rate(run.after_ready_rate)} "
@@ -957,7 +998,9 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         bare_s = min([await bare_consume(bootstrap, ends) for _ in range(args.runs)])
         bare_rates.append(total / bare_s)
         round_note = f", round {round_ + 1} of {args.repeat}" if args.repeat > 1 else ""
-        print(f"bare aiokafka consumer (no group, getmany, best of {args.runs}{round_note}): {fmt_rate(bare_rates[-1])}")
+        print(
+            f"bare aiokafka consumer (no group, getmany, best of {args.runs}{round_note}): {fmt_rate(bare_rates[-1])}"
+        )
         if round_ == 0:
             print(
                 "worker runs (tables on). steady: slope of the group's committed offsets between the first and last "
@@ -974,8 +1017,9 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
     def rate_of(run: WorkerRun) -> float:
         return run.steady_rate or run.after_ready_rate
 
-    kdiv_results = [(config, statistics.median(map(rate_of, runs))) for config, runs in results.items()
-                    if config[0] == "kdiv"]
+    kdiv_results = [
+        (config, statistics.median(map(rate_of, runs))) for config, runs in results.items() if config[0] == "kdiv"
+    ]
     if kdiv_results:
         (_, best_batch), best_rate = max(kdiv_results, key=lambda item: item[1])
         ratio = best_rate / bare_rate
@@ -983,8 +1027,10 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         print(f"kdiv/bare ratio{setting}: {ratio:.3f}; goal >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'}")
     if len(configs) > 1 or args.repeat > 1:
         spread = f"median of {args.repeat} rounds, [min-max]; " if args.repeat > 1 else ""
-        print(f"summary (bare aiokafka consumer: {fmt_rate(bare_rate)}; {spread}rate = steady, or after ready "
-              "when marked *):")
+        print(
+            f"summary (bare aiokafka consumer: {fmt_rate(bare_rate)}; {spread}rate = steady, or after ready "
+            "when marked *):"
+        )
         for (variant, batch), runs in results.items():
             rates = sorted(map(rate_of, runs))
             rate = statistics.median(rates)
@@ -992,14 +1038,17 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
             span = f"  [{rates[0]:,.0f}-{rates[-1]:,.0f}]" if len(rates) > 1 else ""
             writes = statistics.median(run.state_writes / run.records for run in runs)
             startup = statistics.median(run.startup_s for run in runs)
-            print(f"  {variant + ' (' + str(batch) + ')':<36} {rate:>10,.0f}{mark} records/s  "
-                  f"ratio {rate / bare_rate:.3f}{span}  startup {startup:.1f} s  state writes/record {writes:.3f}")
+            print(
+                f"  {variant + ' (' + str(batch) + ')':<36} {rate:>10,.0f}{mark} records/s  "
+                f"ratio {rate / bare_rate:.3f}{span}  startup {startup:.1f} s  state writes/record {writes:.3f}"
+            )
     for variant in args.profile or ():
         batch = args.batch[0]
-        print(f"profile: py-spy ({args.profile_rate} Hz) on one more {variant} run ({batch}), "
-              "from group Stable to all committed")
-        run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant,
-                               profile=True)
+        print(
+            f"profile: py-spy ({args.profile_rate} Hz) on one more {variant} run ({batch}), "
+            "from group Stable to all committed"
+        )
+        run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant, profile=True)
         print(f"  under the profiler: steady {fmt_rate(run.steady_rate)}; CPU {run.cpu}; raw stacks: {run.profile}")
         for line in summarize_profile(run.profile, args.top):
             print("  " + line)
@@ -1014,31 +1063,57 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=50)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--keys", choices=("random", "none"), default="random",
-                        help="random keys (Kafka's partitioner) or none (DivWriter's round robin)")
+    parser.add_argument(
+        "--keys",
+        choices=("random", "none"),
+        default="random",
+        help="random keys (Kafka's partitioner) or none (DivWriter's round robin)",
+    )
     parser.add_argument("--segment-records", type=int, default=-1, help="DivWriter max_records_per_segment")
     parser.add_argument("--runs", type=int, default=3, help="bare consumer runs (best of)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of bare + every worker run; the summary gives medians (for a shared machine)")
-    parser.add_argument("--batch-max", nargs="+", default=["1000"], metavar="MAX[:WITHIN_S]",
-                        help="KDIV_BATCH_MAX values (with their own KDIV_BATCH_WITHIN_S after a colon), one kdiv "
-                             "run each; variants and profiles use the first")
-    parser.add_argument("--batch-within-s", type=float, default=0.1,
-                        help="KDIV_BATCH_WITHIN_S where --batch-max gives none")
-    parser.add_argument("--commit-interval-s", type=float, default=None,
-                        help="KDIV_COMMIT_INTERVAL_S (default: the worker's)")
-    parser.add_argument("--variants", nargs="+", default=["kdiv"],
-                        help=f"workers to run: {', '.join(BASES)}; the Faust ones optionally "
-                             f"+{'/+'.join(FAUST_PATCHES)}, direct +{'/+'.join(DIRECT_PATCHES)} (see the module "
-                             "doc). kdiv runs once per --batch-max, the others at the first")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of bare + every worker run; the summary gives medians (for a shared machine)",
+    )
+    parser.add_argument(
+        "--batch-max",
+        nargs="+",
+        default=["1000"],
+        metavar="MAX[:WITHIN_S]",
+        help="KDIV_BATCH_MAX values (with their own KDIV_BATCH_WITHIN_S after a colon), one kdiv "
+        "run each; variants and profiles use the first",
+    )
+    parser.add_argument(
+        "--batch-within-s", type=float, default=0.1, help="KDIV_BATCH_WITHIN_S where --batch-max gives none"
+    )
+    parser.add_argument(
+        "--commit-interval-s", type=float, default=None, help="KDIV_COMMIT_INTERVAL_S (default: the worker's)"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["kdiv"],
+        help=f"workers to run: {', '.join(BASES)}; the Faust ones optionally "
+        f"+{'/+'.join(FAUST_PATCHES)}, direct +{'/+'.join(DIRECT_PATCHES)} (see the module "
+        "doc). kdiv runs once per --batch-max, the others at the first",
+    )
     parser.add_argument("--poll-s", type=float, default=0.1, help="committed-offset poll interval")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a worker run may take")
-    parser.add_argument("--profile", nargs="*", metavar="VARIANT",
-                        help="one more worker run under py-spy per variant (none named: kdiv)")
+    parser.add_argument(
+        "--profile",
+        nargs="*",
+        metavar="VARIANT",
+        help="one more worker run under py-spy per variant (none named: kdiv)",
+    )
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=20, help="profile entries to print")
-    parser.add_argument("--bootstrap", default=os.environ.get("KDIV_BOOTSTRAP", ""),
-                        help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KDIV_BOOTSTRAP", ""),
+        help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workers' data dirs and logs")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's committed-offset curve")
     args = parser.parse_args()
@@ -1068,7 +1143,7 @@ def main() -> None:
         else:
             broker = DevBroker(port=0).start()
             bootstrap = broker.bootstrap
-            broker_pid = broker._process.pid  # noqa: SLF001 - for its CPU time only
+            broker_pid = broker._process.pid
         if not os.environ.get("KDIV_SCHEMA_REGISTRY_URL"):
             # Workers register their state schema at start (worker_env passes the URL on).
             registry = DevRegistryProcess(bootstrap).start()

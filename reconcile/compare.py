@@ -15,6 +15,9 @@ Records compaction superseded are never looked at: only latest-per-key records c
 
 from __future__ import annotations
 
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
 from kdiv.reconcile.findings import (
     DIVERGED,
     FINDING_FIELDS,
@@ -23,12 +26,11 @@ from kdiv.reconcile.findings import (
     UNVALIDATED,
 )
 from kdiv.reconcile.state import KEY, PARTITION, PRODUCER
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 
 
-def _finding(cls: Column | str, offset: Column, producer: Column, segment: Column, seq: Column, timestamp: Column,
-             detail: Column) -> list[Column]:
+def _finding(
+    cls: Column | str, offset: Column, producer: Column, segment: Column, seq: Column, timestamp: Column, detail: Column
+) -> list[Column]:
     columns = {
         "class": F.lit(cls) if isinstance(cls, str) else cls,
         "topic": F.col("topic"),
@@ -51,41 +53,88 @@ def _finding(cls: Column | str, offset: Column, producer: Column, segment: Colum
 def compare_keys(topic_latest: DataFrame, state: DataFrame, compacted_topics: list[str]) -> DataFrame:
     """Findings of the key classes. `topic_latest`: kdiv.reconcile.topics.latest_per_key of the
     compacted topics' keyed data records; `state`: kdiv.reconcile.state.decoded_state rows."""
-    ledger = state.where(F.col("kind") == KEY).where(F.col("topic").isin(compacted_topics)).select(
-        "topic", "partition", "key", *(F.col(c).alias(f"l_{c}") for c in
-                                       ("offset", "timestamp_ms", "crc", "tombstone", "producer", "segment", "seq")))
-    validated_to = state.where(F.col("kind") == PARTITION).select("topic", "partition", F.col("offset").alias("validated_to"))
-    at_rest = topic_latest.select("topic", "partition", "key", *(F.col(c).alias(f"t_{c}") for c in
-                                  ("offset", "timestamp_ms", "crc", "tombstone", "producer", "segment", "seq")))
+    ledger = (
+        state.where(F.col("kind") == KEY)
+        .where(F.col("topic").isin(compacted_topics))
+        .select(
+            "topic",
+            "partition",
+            "key",
+            *(
+                F.col(c).alias(f"l_{c}")
+                for c in ("offset", "timestamp_ms", "crc", "tombstone", "producer", "segment", "seq")
+            ),
+        )
+    )
+    validated_to = state.where(F.col("kind") == PARTITION).select(
+        "topic", "partition", F.col("offset").alias("validated_to")
+    )
+    at_rest = topic_latest.select(
+        "topic",
+        "partition",
+        "key",
+        *(
+            F.col(c).alias(f"t_{c}")
+            for c in ("offset", "timestamp_ms", "crc", "tombstone", "producer", "segment", "seq")
+        ),
+    )
     joined = ledger.join(at_rest, ["topic", "partition", "key"], "full_outer").join(
-        validated_to, ["topic", "partition"], "left")
+        validated_to, ["topic", "partition"], "left"
+    )
     seen, held = F.col("l_offset").isNotNull(), F.col("t_offset").isNotNull()
     below_validated = F.col("t_offset") <= F.coalesce(F.col("validated_to"), F.lit(-1))
     lost_gone = seen & ~held & ~F.col("l_tombstone")
     lost_older = seen & held & (F.col("t_offset") < F.col("l_offset"))
     diverged = seen & held & (F.col("t_offset") == F.col("l_offset")) & (F.col("t_crc") != F.col("l_crc"))
     unvalidated = held & below_validated & (~seen | (F.col("t_offset") > F.col("l_offset")))
-    cls = (F.when(lost_gone | lost_older, F.lit(LOST)).when(diverged, F.lit(DIVERGED))
-           .when(unvalidated, F.lit(UNVALIDATED)))
+    cls = (
+        F.when(lost_gone | lost_older, F.lit(LOST))
+        .when(diverged, F.lit(DIVERGED))
+        .when(unvalidated, F.lit(UNVALIDATED))
+    )
     judged = joined.withColumn("cls", cls).where(F.col("cls").isNotNull())
     on_ledger = F.col("cls") != UNVALIDATED
     detail = (
         F.when(lost_gone, F.format_string("validated at offset %d; the key is gone, without a tombstone", "l_offset"))
-        .when(lost_older, F.format_string("validated at offset %d; the topic now holds only offset %d for the key",
-                                          "l_offset", "t_offset"))
-        .when(diverged, F.format_string("record at offset %d has CRC32 %d, validated with %d", "t_offset", "t_crc", "l_crc"))
-        .otherwise(F.when(seen, F.format_string(
-            "record at offset %d was never validated (validated to %d; last validated for the key: offset %d)",
-            "t_offset", "validated_to", "l_offset")).otherwise(F.format_string(
-                "record at offset %d was never validated (validated to %d; the key was never seen)",
-                "t_offset", "validated_to")))
+        .when(
+            lost_older,
+            F.format_string(
+                "validated at offset %d; the topic now holds only offset %d for the key", "l_offset", "t_offset"
+            ),
+        )
+        .when(
+            diverged,
+            F.format_string("record at offset %d has CRC32 %d, validated with %d", "t_offset", "t_crc", "l_crc"),
+        )
+        .otherwise(
+            F.when(
+                seen,
+                F.format_string(
+                    "record at offset %d was never validated (validated to %d; last validated for the key: offset %d)",
+                    "t_offset",
+                    "validated_to",
+                    "l_offset",
+                ),
+            ).otherwise(
+                F.format_string(
+                    "record at offset %d was never validated (validated to %d; the key was never seen)",
+                    "t_offset",
+                    "validated_to",
+                )
+            )
+        )
     )
     pick = lambda name: F.when(on_ledger, F.col(f"l_{name}")).otherwise(F.col(f"t_{name}"))  # noqa: E731
-    return judged.select(*_finding(F.col("cls"), pick("offset"), pick("producer"), pick("segment"), pick("seq"),
-                                   pick("timestamp_ms"), detail))
+    return judged.select(
+        *_finding(
+            F.col("cls"), pick("offset"), pick("producer"), pick("segment"), pick("seq"), pick("timestamp_ms"), detail
+        )
+    )
 
 
-def compare_sequences(topic_sequences: DataFrame, state: DataFrame, compacted_topics: list[str]) -> tuple[DataFrame, DataFrame]:
+def compare_sequences(
+    topic_sequences: DataFrame, state: DataFrame, compacted_topics: list[str]
+) -> tuple[DataFrame, DataFrame]:
     """(sequence comparison rows, SEQUENCE_BEHIND findings).
 
     Every producer the table holds, beside its highest (segment, seq) in the topic. A topic
@@ -94,20 +143,60 @@ def compare_sequences(topic_sequences: DataFrame, state: DataFrame, compacted_to
     classes speak for what they keep.
     """
     table = state.where(F.col("kind") == PRODUCER).select(
-        "topic", "partition", "producer", F.col("segment").alias("table_segment"), F.col("seq").alias("table_seq"),
-        F.col("offset").alias("table_offset"))
+        "topic",
+        "partition",
+        "producer",
+        F.col("segment").alias("table_segment"),
+        F.col("seq").alias("table_seq"),
+        F.col("offset").alias("table_offset"),
+    )
     rows = table.join(topic_sequences, ["topic", "partition", "producer"], "left")
-    behind = (F.col("topic_segment").isNull() | (F.col("topic_segment") < F.col("table_segment"))
-              | ((F.col("topic_segment") == F.col("table_segment")) & (F.col("topic_seq") < F.col("table_seq"))))
+    behind = (
+        F.col("topic_segment").isNull()
+        | (F.col("topic_segment") < F.col("table_segment"))
+        | ((F.col("topic_segment") == F.col("table_segment")) & (F.col("topic_seq") < F.col("table_seq")))
+    )
     rows = rows.withColumn("behind", behind).select(
-        "topic", "partition", "producer", "topic_segment", "topic_seq", "table_segment", "table_seq", "behind",
-        "table_offset")
-    findings = rows.where(F.col("behind") & ~F.col("topic").isin(compacted_topics)).withColumn("key", F.lit(None).cast("binary"))
-    detail = F.when(F.col("topic_segment").isNull(), F.format_string(
-        "the table holds segment %d seq %d (offset %d); the topic holds no record of the producer",
-        "table_segment", "table_seq", "table_offset")).otherwise(F.format_string(
+        "topic",
+        "partition",
+        "producer",
+        "topic_segment",
+        "topic_seq",
+        "table_segment",
+        "table_seq",
+        "behind",
+        "table_offset",
+    )
+    findings = rows.where(F.col("behind") & ~F.col("topic").isin(compacted_topics)).withColumn(
+        "key", F.lit(None).cast("binary")
+    )
+    detail = F.when(
+        F.col("topic_segment").isNull(),
+        F.format_string(
+            "the table holds segment %d seq %d (offset %d); the topic holds no record of the producer",
+            "table_segment",
+            "table_seq",
+            "table_offset",
+        ),
+    ).otherwise(
+        F.format_string(
             "the table holds segment %d seq %d (offset %d); the topic's highest is segment %d seq %d",
-            "table_segment", "table_seq", "table_offset", "topic_segment", "topic_seq"))
-    findings = findings.select(*_finding(SEQUENCE_BEHIND, F.col("table_offset"), F.col("producer"),
-                                         F.col("table_segment"), F.col("table_seq"), F.lit(None), detail))
+            "table_segment",
+            "table_seq",
+            "table_offset",
+            "topic_segment",
+            "topic_seq",
+        )
+    )
+    findings = findings.select(
+        *_finding(
+            SEQUENCE_BEHIND,
+            F.col("table_offset"),
+            F.col("producer"),
+            F.col("table_segment"),
+            F.col("table_seq"),
+            F.lit(None),
+            detail,
+        )
+    )
     return rows.drop("table_offset"), findings

@@ -23,13 +23,13 @@ import sys
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from kdiv.config.settings import Settings, SettingsError  # noqa: E402
-from kdiv.kafka.discovery import discover, run_in_own_loop  # noqa: E402
-from kdiv.registry.client import RegistryError, SchemaRegistry  # noqa: E402
-from kdiv.state.tables import state_changelogs  # noqa: E402
+from kdiv.config.settings import Settings, SettingsError
+from kdiv.kafka.discovery import discover, run_in_own_loop
+from kdiv.registry.client import RegistryError, SchemaRegistry
+from kdiv.state.tables import state_changelogs
 
 log = logging.getLogger("kdiv.reconcile")
 
@@ -43,28 +43,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="reconcile/job.py",
         description="Reconcile kdiv's validator tables with the topics at rest, and restored state with the "
-                    "Schema Registry. Settings come from KDIV_* variables; options override them.")
+        "Schema Registry. Settings come from KDIV_* variables; options override them.",
+    )
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (KDIV_BOOTSTRAP)")
     parser.add_argument("--app-id", help="the worker's application id, which names its changelogs (KDIV_APP_ID)")
     parser.add_argument("--topics", help="comma-separated watched topics (KDIV_TOPICS / KDIV_TOPIC_PATTERN)")
-    parser.add_argument("--out", default="reconcile-reports", type=Path,
-                        help="reports land in OUT/<snapshot time, UTC>/ (default: reconcile-reports)")
+    parser.add_argument(
+        "--out",
+        default="reconcile-reports",
+        type=Path,
+        help="reports land in OUT/<snapshot time, UTC>/ (default: reconcile-reports)",
+    )
     parser.add_argument("--snapshot", type=Path, help="re-run on the offsets of an earlier run's snapshot.json")
-    parser.add_argument("--kafka-source", choices=KAFKA_SOURCES, default="auto",
-                        help="python: kdiv's data source; spark: Spark's kafka source (needs its jar); "
-                             "auto: Spark's when its jar is on the classpath (default)")
-    parser.add_argument("--max-records-per-split", type=int, default=500_000,
-                        help="kdiv's data source splits larger Kafka partitions by offset range")
+    parser.add_argument(
+        "--kafka-source",
+        choices=KAFKA_SOURCES,
+        default="auto",
+        help="python: kdiv's data source; spark: Spark's kafka source (needs its jar); "
+        "auto: Spark's when its jar is on the classpath (default)",
+    )
+    parser.add_argument(
+        "--max-records-per-split",
+        type=int,
+        default=500_000,
+        help="kdiv's data source splits larger Kafka partitions by offset range",
+    )
     parser.add_argument("--registry-url", help="Schema Registry URL (KDIV_SCHEMA_REGISTRY_URL)")
-    parser.add_argument("--schemas-topic", metavar="TOPIC",
-                        help="map schema ids to subjects by replaying the registry's topic (e.g. _schemas) "
-                             "instead of asking its REST API")
-    parser.add_argument("--rocksdb", type=Path, metavar="DIR",
-                        help="also check state in a worker's RocksDB directory (a copy of its KDIV_DATA_DIR)")
-    parser.add_argument("--repair", action="store_true",
-                        help="register the state schema ids found under the wrong subject, printing each first")
-    parser.add_argument("--textfile", type=Path, metavar="FILE",
-                        help="also write the gauges here (node_exporter's textfile collector directory)")
+    parser.add_argument(
+        "--schemas-topic",
+        metavar="TOPIC",
+        help="map schema ids to subjects by replaying the registry's topic (e.g. _schemas) "
+        "instead of asking its REST API",
+    )
+    parser.add_argument(
+        "--rocksdb",
+        type=Path,
+        metavar="DIR",
+        help="also check state in a worker's RocksDB directory (a copy of its KDIV_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="register the state schema ids found under the wrong subject, printing each first",
+    )
+    parser.add_argument(
+        "--textfile",
+        type=Path,
+        metavar="FILE",
+        help="also write the gauges here (node_exporter's textfile collector directory)",
+    )
     parser.add_argument("--pushgateway", metavar="URL", help="also push the gauges to this Prometheus Pushgateway")
     parser.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
     return parser.parse_args(argv)
@@ -72,8 +99,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def settings_from(args: argparse.Namespace, environ) -> Settings:
     env = dict(environ)
-    for option, variable in (("bootstrap", "KDIV_BOOTSTRAP"), ("app_id", "KDIV_APP_ID"), ("topics", "KDIV_TOPICS"),
-                             ("registry_url", "KDIV_SCHEMA_REGISTRY_URL")):
+    for option, variable in (
+        ("bootstrap", "KDIV_BOOTSTRAP"),
+        ("app_id", "KDIV_APP_ID"),
+        ("topics", "KDIV_TOPICS"),
+        ("registry_url", "KDIV_SCHEMA_REGISTRY_URL"),
+    ):
         value = getattr(args, option)
         if value:
             env[variable] = value
@@ -83,7 +114,7 @@ def settings_from(args: argparse.Namespace, environ) -> Settings:
 
 
 def report_dir(out: Path, taken_at_ms: int) -> Path:
-    return out / datetime.fromtimestamp(taken_at_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    return out / datetime.fromtimestamp(taken_at_ms / 1000, UTC).strftime("%Y-%m-%dT%H%M%SZ")
 
 
 class Reconciliation:
@@ -122,9 +153,16 @@ class Reconciliation:
             out_dir = report_dir(self.args.out, snapshot.taken_at_ms)
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / SNAPSHOT_JSON).write_text(snapshot.to_json())
-            summary.update(topics=topics, compacted_topics=compacted, changelogs=changelogs,
-                           snapshot={"taken_at_ms": snapshot.taken_at_ms, "records_planned": snapshot.records_planned,
-                                     "file": SNAPSHOT_JSON})
+            summary.update(
+                topics=topics,
+                compacted_topics=compacted,
+                changelogs=changelogs,
+                snapshot={
+                    "taken_at_ms": snapshot.taken_at_ms,
+                    "records_planned": snapshot.records_planned,
+                    "file": SNAPSHOT_JSON,
+                },
+            )
             self.source = resolve_source(self.spark, self.args.kafka_source)
             summary["kafka_source"] = self.source
 
@@ -134,14 +172,19 @@ class Reconciliation:
             findings, sequences, stats = self._compare(read, changelogs, topics, compacted)
             summary.update(stats)
             code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
-            summary.update(exit_code=code, finished_at_ms=int(time.time() * 1000),
-                           duration_s=round(time.time() - started, 3))
+            summary.update(
+                exit_code=code, finished_at_ms=int(time.time() * 1000), duration_s=round(time.time() - started, 3)
+            )
             summary = write_report(findings, sequences, summary, out_dir).summary
         except Exception as failure:  # the job's one place that turns any failure into a report
             log.debug("reconciliation failed", exc_info=True)
             code = EXIT_FAILED
-            summary.update(error=f"{type(failure).__name__}: {failure}", finished_at_ms=int(time.time() * 1000),
-                           duration_s=round(time.time() - started, 3), exit_code=code)
+            summary.update(
+                error=f"{type(failure).__name__}: {failure}",
+                finished_at_ms=int(time.time() * 1000),
+                duration_s=round(time.time() - started, 3),
+                exit_code=code,
+            )
             self.say(f"reconciliation failed: {summary['error']}", err=True)
             if not isinstance(failure, (SettingsError, RegistryError, LookupError, ValueError, OSError)):
                 traceback.print_exc()
@@ -171,12 +214,17 @@ class Reconciliation:
         tables = take_snapshot(self.settings.bootstrap, changelogs, security=security, missing_ok=True)
         if not tables.ranges:
             # A wrong application id would otherwise compare nothing and call it clean.
-            raise LookupError(f"none of the changelogs of application {self.settings.app_id!r} exists "
-                              f"({', '.join(changelogs)}): is the application id right?")
+            raise LookupError(
+                f"none of the changelogs of application {self.settings.app_id!r} exists "
+                f"({', '.join(changelogs)}): is the application id right?"
+            )
         watched = take_snapshot(self.settings.bootstrap, topics, security=security)
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
 
     def _compare(self, read, changelogs, topics, compacted):
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
         from kdiv.reconcile.compare import compare_keys, compare_sequences
         from kdiv.reconcile.findings import FINDINGS_SCHEMA
         from kdiv.reconcile.findings import UNREADABLE as UNREADABLE_CLASS
@@ -188,8 +236,6 @@ class Reconciliation:
             keyed_data,
             latest_per_key,
         )
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
 
         changelog_records = read(changelogs).persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -205,27 +251,42 @@ class Reconciliation:
                     writer_schemas[schema_id] = text
             state = decoded_state(changelog_records, writer_schemas).persist(StorageLevel.MEMORY_AND_DISK)
             view = at_rest_view(read(topics)).persist(StorageLevel.MEMORY_AND_DISK)
-            records_read = {r["topic"]: r["n"] for r in view.groupBy("topic").agg(F.count(F.lit(1)).alias("n")).collect()}
+            records_read = {
+                r["topic"]: r["n"] for r in view.groupBy("topic").agg(F.count(F.lit(1)).alias("n")).collect()
+            }
             latest = latest_per_key(keyed_data(view.where(F.col("topic").isin(compacted))))
             key_findings = compare_keys(latest, state, compacted)
             sequences, behind = compare_sequences(highest_sequences(view), state, compacted)
             state_kinds = {r["kind"]: r["n"] for r in state.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()}
             unreadable = state.where(F.col("kind") == UNREADABLE).select(
-                F.lit(UNREADABLE_CLASS).alias("class"), F.col("changelog").alias("topic"),
-                F.col("changelog_partition").alias("partition"), F.col("changelog_offset").alias("offset"),
-                F.lit(None).cast("binary").alias("key"), F.lit(None).cast("string").alias("producer"),
-                F.lit(None).cast("int").alias("segment"), F.lit(None).cast("long").alias("seq"),
-                F.lit(-1).cast("long").alias("timestamp_ms"), F.lit(1).cast("long").alias("count"),
-                F.col("schema_id"), F.lit(None).cast("string").alias("expected_subject"),
-                F.lit(None).cast("array<string>").alias("registered_subjects"), F.col("error").alias("detail"))
+                F.lit(UNREADABLE_CLASS).alias("class"),
+                F.col("changelog").alias("topic"),
+                F.col("changelog_partition").alias("partition"),
+                F.col("changelog_offset").alias("offset"),
+                F.lit(None).cast("binary").alias("key"),
+                F.lit(None).cast("string").alias("producer"),
+                F.lit(None).cast("int").alias("segment"),
+                F.lit(None).cast("long").alias("seq"),
+                F.lit(-1).cast("long").alias("timestamp_ms"),
+                F.lit(1).cast("long").alias("count"),
+                F.col("schema_id"),
+                F.lit(None).cast("string").alias("expected_subject"),
+                F.lit(None).cast("array<string>").alias("registered_subjects"),
+                F.col("error").alias("detail"),
+            )
             schema_rows = self.spark.createDataFrame([f.row() for f in schema_findings], FINDINGS_SCHEMA)
             findings = key_findings.unionByName(behind).unionByName(schema_rows).unionByName(unreadable)
             if self.args.repair:
                 self._repair(schema_findings)
-            stats = {"records_read": records_read, "state": {k: state_kinds.get(k, 0) for k in
-                                                             ("partition", "producer", "key", UNREADABLE, UNDECODED)},
-                     "registry": (f"replayed from {self.args.schemas_topic}" if self.args.schemas_topic
-                                  else self.settings.registry.url)}
+            stats = {
+                "records_read": records_read,
+                "state": {k: state_kinds.get(k, 0) for k in ("partition", "producer", "key", UNREADABLE, UNDECODED)},
+                "registry": (
+                    f"replayed from {self.args.schemas_topic}"
+                    if self.args.schemas_topic
+                    else self.settings.registry.url
+                ),
+            }
             return findings.persist(StorageLevel.MEMORY_AND_DISK), sequences, stats
         finally:
             changelog_records.unpersist()
@@ -237,8 +298,14 @@ class Reconciliation:
         from kdiv.reconcile.kafka_source import read_topics
 
         librdkafka = {"bootstrap.servers": self.settings.bootstrap, **self.settings.kafka_security.librdkafka_config()}
-        return read_topics(self.spark, snapshot, names, librdkafka=librdkafka, source=self.source,
-                           max_records_per_split=self.args.max_records_per_split)
+        return read_topics(
+            self.spark,
+            snapshot,
+            names,
+            librdkafka=librdkafka,
+            source=self.source,
+            max_records_per_split=self.args.max_records_per_split,
+        )
 
     def _directory(self):
         from kdiv.reconcile.schemas import ReplayedRegistry, RestRegistry
@@ -247,8 +314,9 @@ class Reconciliation:
             from kdiv.reconcile.snapshot import take_snapshot
 
             # The registry's log is read to its end now: it is not part of the tables' snapshot.
-            snapshot = take_snapshot(self.settings.bootstrap, [self.args.schemas_topic],
-                                     security=self.settings.kafka_security)
+            snapshot = take_snapshot(
+                self.settings.bootstrap, [self.args.schemas_topic], security=self.settings.kafka_security
+            )
             records = self._read(snapshot, [self.args.schemas_topic])
             rows = records.select("partition", "offset", "key", "value").orderBy("partition", "offset").collect()
             return ReplayedRegistry((r["key"], r["value"]) for r in rows)
@@ -283,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as bad:
         _say(f"bad settings: {bad}", err=True)
         return EXIT_FAILED
-    from kdiv.reconcile.session import build_session
     from pyspark import SparkConf
+
+    from kdiv.reconcile.session import build_session
 
     master = args.master or SparkConf().get("spark.master", None) or "local[2]"
     spark = build_session(master)

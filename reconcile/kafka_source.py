@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 import json
 import time
 import uuid
@@ -40,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from kdiv.reconcile.snapshot import PartitionRange, Snapshot
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
@@ -52,6 +52,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from kdiv.reconcile.snapshot import PartitionRange, Snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -186,7 +188,7 @@ def plan_splits(ranges: Iterable[PartitionRange], max_records_per_split: int) ->
             continue
         pieces = -(-size // max_records_per_split)
         bounds = [r.start + size * i // pieces for i in range(pieces + 1)]
-        splits.extend(KafkaSplit(r.topic, r.partition, lo, hi) for lo, hi in zip(bounds, bounds[1:]))
+        splits.extend(KafkaSplit(r.topic, r.partition, lo, hi) for lo, hi in itertools.pairwise(bounds))
     return splits
 
 
@@ -246,7 +248,7 @@ def librdkafka_from_options(options: Mapping[str, str]) -> dict[str, str]:
     prefix = "librdkafka."
     for name, value in options.items():
         if name.lower().startswith(prefix):
-            config[name[len(prefix):].lower()] = value
+            config[name[len(prefix) :].lower()] = value
     return config
 
 
@@ -372,7 +374,7 @@ class _SplitReader:
             error = message.error()
             if error is None:
                 records.append(message)
-            elif error.code() == KafkaError._PARTITION_EOF:
+            elif error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - confluent-kafka's public name
                 self.broker_end = message.offset()
                 self.done = self.done or self.broker_end >= self.split.end
             else:
@@ -400,7 +402,7 @@ def record_batch(messages: list, offsets: list[int], topic: str, partition: int)
 
     count = len(messages)
     # map() over the C methods: no Python bytecode per record.
-    timestamp_types, timestamps_ms = zip(*map(Message.timestamp, messages))
+    timestamp_types, timestamps_ms = zip(*map(Message.timestamp, messages), strict=False)
     timestamp_type_ids = pa.array(timestamp_types, pa.int32())
     return pa.RecordBatch.from_arrays(
         [
@@ -430,13 +432,13 @@ def spark_kafka_available(spark: SparkSession) -> bool:
     try:
         jvm = spark.sparkContext._jvm  # noqa: SLF001 - no public way to probe a class
         jvm.org.apache.spark.util.Utils.classForName(SPARK_KAFKA_PROVIDER, False, False)
-    except Exception:  # ClassNotFoundException via py4j, or no JVM at all (Spark Connect)
+    except Exception:  # noqa: BLE001 - ClassNotFoundException via py4j, or no JVM at all (Spark Connect)
         return False
     return True
 
 
 def resolve_source(spark: SparkSession, source: str) -> str:
-    """"python" or "spark": what `source` ("auto", "python", "spark") means on `spark`."""
+    """ "python" or "spark": what `source` ("auto", "python", "spark") means on `spark`."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
     if source == "auto":

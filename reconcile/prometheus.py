@@ -52,27 +52,39 @@ def build_registry(summary: Mapping[str, Any]) -> CollectorRegistry:
         raise ValueError(f"summary status {status!r} is none of {tuple(STATUS_VALUES)}")
     registry = CollectorRegistry()
 
-    Gauge("kdiv_reconcile_status", "Outcome of the last reconciliation: 0 clean, 1 discrepancies, 2 failed",
-          registry=registry).set(STATUS_VALUES[status])
-    Gauge("kdiv_reconcile_last_run_timestamp_seconds", "When the last reconciliation finished",
-          registry=registry).set(summary["finished_at_ms"] / 1000)
-    Gauge("kdiv_reconcile_duration_seconds", "Wall time of the last reconciliation",
-          registry=registry).set(summary["duration_s"])
+    Gauge(
+        "kdiv_reconcile_status",
+        "Outcome of the last reconciliation: 0 clean, 1 discrepancies, 2 failed",
+        registry=registry,
+    ).set(STATUS_VALUES[status])
+    Gauge("kdiv_reconcile_last_run_timestamp_seconds", "When the last reconciliation finished", registry=registry).set(
+        summary["finished_at_ms"] / 1000
+    )
+    Gauge("kdiv_reconcile_duration_seconds", "Wall time of the last reconciliation", registry=registry).set(
+        summary["duration_s"]
+    )
 
     taken_at_ms = (summary.get("snapshot") or {}).get("taken_at_ms")
     # Not registered at all without a snapshot: an unset gauge would read 0, i.e. 1970.
     if taken_at_ms is not None:
-        Gauge("kdiv_reconcile_snapshot_timestamp_seconds",
-              "When the last reconciliation snapshotted the topics' offsets", registry=registry).set(taken_at_ms / 1000)
+        Gauge(
+            "kdiv_reconcile_snapshot_timestamp_seconds",
+            "When the last reconciliation snapshotted the topics' offsets",
+            registry=registry,
+        ).set(taken_at_ms / 1000)
 
-    records_read = Gauge("kdiv_reconcile_records_read", "Records the last reconciliation read, per topic",
-                         ["topic"], registry=registry)
+    records_read = Gauge(
+        "kdiv_reconcile_records_read", "Records the last reconciliation read, per topic", ["topic"], registry=registry
+    )
     for topic, records in sorted((summary.get("records_read") or {}).items()):
         records_read.labels(topic).set(records)
 
-    discrepancies = Gauge("kdiv_reconcile_discrepancies",
-                          "Findings (rows) of the last reconciliation, per topic and class",
-                          ["topic", "class"], registry=registry)
+    discrepancies = Gauge(
+        "kdiv_reconcile_discrepancies",
+        "Findings (rows) of the last reconciliation, per topic and class",
+        ["topic", "class"],
+        registry=registry,
+    )
     for topic, per_class in sorted((summary.get("by_topic") or {}).items()):
         for cls, findings in sorted(per_class.items()):
             discrepancies.labels(topic, cls).set(findings)

@@ -29,6 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+from pyspark.sql import DataFrame, Row, Window
+from pyspark.sql import functions as F
+
 from kdiv.reconcile.findings import (
     CLASSES,
     DIVERGED,
@@ -40,12 +47,6 @@ from kdiv.reconcile.findings import (
     UNREADABLE,
     UNVALIDATED,
 )
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
-from pyspark.sql import DataFrame, Row, Window
-from pyspark.sql import functions as F
 
 STATUS_CLEAN = "clean"
 STATUS_DISCREPANCIES = "discrepancies"
@@ -58,7 +59,14 @@ DISCREPANCIES_DIR = "discrepancies"
 SEQUENCES_DIR = "sequences"
 
 SEQUENCE_FIELDS = (
-    "topic", "partition", "producer", "topic_segment", "topic_seq", "table_segment", "table_seq", "behind",
+    "topic",
+    "partition",
+    "producer",
+    "topic_segment",
+    "topic_seq",
+    "table_segment",
+    "table_seq",
+    "behind",
 )
 
 # Caps that keep the page readable and the driver's share small whatever the findings' number.
@@ -96,8 +104,19 @@ _MINUTE_MS = 60 * _SECOND_MS
 _HOUR_MS = 60 * _MINUTE_MS
 _DAY_MS = 24 * _HOUR_MS
 _BIN_WIDTHS_MS = (
-    _SECOND_MS, 10 * _SECOND_MS, _MINUTE_MS, 5 * _MINUTE_MS, 15 * _MINUTE_MS, _HOUR_MS, 3 * _HOUR_MS,
-    6 * _HOUR_MS, 12 * _HOUR_MS, _DAY_MS, 7 * _DAY_MS, 30 * _DAY_MS, 365 * _DAY_MS,
+    _SECOND_MS,
+    10 * _SECOND_MS,
+    _MINUTE_MS,
+    5 * _MINUTE_MS,
+    15 * _MINUTE_MS,
+    _HOUR_MS,
+    3 * _HOUR_MS,
+    6 * _HOUR_MS,
+    12 * _HOUR_MS,
+    _DAY_MS,
+    7 * _DAY_MS,
+    30 * _DAY_MS,
+    365 * _DAY_MS,
 )
 
 # Text is drawn as paths (matplotlib's default) so the page needs no font, and is never parsed
@@ -115,8 +134,9 @@ class ReportFiles:
     summary: dict[str, Any]
 
 
-def write_report(findings: DataFrame, sequences: DataFrame | None, summary: Mapping[str, Any],
-                 out_dir: Path) -> ReportFiles:
+def write_report(
+    findings: DataFrame, sequences: DataFrame | None, summary: Mapping[str, Any], out_dir: Path
+) -> ReportFiles:
     """Write summary.json, discrepancies/, sequences/ (when `sequences` is given) and
     report.html into `out_dir`.
 
@@ -222,9 +242,11 @@ class _ClassCount:
 
 
 def _class_counts(findings: DataFrame) -> list[_ClassCount]:
-    rows = findings.groupBy("topic", "class").agg(
-        F.count(F.lit(1)).alias("findings"), F.sum("count").alias("records")
-    ).collect()
+    rows = (
+        findings.groupBy("topic", "class")
+        .agg(F.count(F.lit(1)).alias("findings"), F.sum("count").alias("records"))
+        .collect()
+    )
     return sorted(_ClassCount(r["topic"], r["class"], r["findings"], r["records"] or 0) for r in rows)
 
 
@@ -256,15 +278,13 @@ def _timeline(findings: DataFrame) -> _Timeline:
     if stats["first"] is None:
         return _Timeline(stats["untimed"], stats["total"], 0, 0, 0, {})
     width = _bin_width_ms(stats["last"] - stats["first"])
-    rows = (
-        findings.where(timed)
-        .groupBy((timestamp - timestamp % width).alias("bin"), "class")
-        .count()
-        .collect()
-    )
+    rows = findings.where(timed).groupBy((timestamp - timestamp % width).alias("bin"), "class").count().collect()
     return _Timeline(
-        stats["untimed"], stats["total"], width,
-        stats["first"] - stats["first"] % width, stats["last"] - stats["last"] % width,
+        stats["untimed"],
+        stats["total"],
+        width,
+        stats["first"] - stats["first"] % width,
+        stats["last"] - stats["last"] % width,
         {(r["class"], r["bin"]): r["count"] for r in rows},
     )
 
@@ -279,8 +299,19 @@ def _bin_width_ms(span_ms: int) -> int:
 
 # Every column, so the ranking is a total order and the sample the same on every run.
 _FINDING_ORDER = (
-    "topic", "partition", "offset", "key", "producer", "segment", "seq", "timestamp_ms", "count", "schema_id",
-    "expected_subject", "registered_subjects", "detail",
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "producer",
+    "segment",
+    "seq",
+    "timestamp_ms",
+    "count",
+    "schema_id",
+    "expected_subject",
+    "registered_subjects",
+    "detail",
 )
 
 
@@ -305,13 +336,9 @@ class _SequenceSample:
 
 
 def _sequence_sample(sequences: DataFrame) -> _SequenceSample:
-    stats = sequences.agg(
-        F.count(F.lit(1)).alias("total"), F.count(F.when(F.col("behind"), 1)).alias("behind")
-    ).first()
+    stats = sequences.agg(F.count(F.lit(1)).alias("total"), F.count(F.when(F.col("behind"), 1)).alias("behind")).first()
     rows = (
-        sequences.orderBy(F.col("behind").desc_nulls_last(), *SEQUENCE_FIELDS[:-1])
-        .limit(SEQUENCE_ROWS_SHOWN)
-        .collect()
+        sequences.orderBy(F.col("behind").desc_nulls_last(), *SEQUENCE_FIELDS[:-1]).limit(SEQUENCE_ROWS_SHOWN).collect()
     )
     return _SequenceSample(stats["total"], stats["behind"], rows)
 
@@ -401,25 +428,33 @@ def _e(value: object) -> str:
 
 
 def _page(title: str, body: Sequence[str]) -> str:
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title>",
-        f"<style>\n{_CSS}\n</style>",
-        "</head>",
-        "<body>",
-        *body,
-        "</body>",
-        "</html>",
-        "",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_e(title)}</title>",
+            f"<style>\n{_CSS}\n</style>",
+            "</head>",
+            "<body>",
+            *body,
+            "</body>",
+            "</html>",
+            "",
+        ]
+    )
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, table_id: str,
-           column_classes: Mapping[int, str] | None = None, row_classes: Sequence[str] | None = None) -> str:
+def _table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    table_id: str,
+    column_classes: Mapping[int, str] | None = None,
+    row_classes: Sequence[str] | None = None,
+) -> str:
     """An HTML table of already escaped cell markup; `column_classes`: CSS class per column index."""
     column_classes = column_classes or {}
 
@@ -427,8 +462,11 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], *, table_id: st
         css = column_classes.get(index)
         return f'<{tag} class="{css}">{markup}</{tag}>' if css else f"<{tag}>{markup}</{tag}>"
 
-    lines = [f'<table id="{_e(table_id)}">', "<thead><tr>"
-             + "".join(cell("th", i, _e(h)) for i, h in enumerate(header)) + "</tr></thead>", "<tbody>"]
+    lines = [
+        f'<table id="{_e(table_id)}">',
+        "<thead><tr>" + "".join(cell("th", i, _e(h)) for i, h in enumerate(header)) + "</tr></thead>",
+        "<tbody>",
+    ]
     for index, row in enumerate(rows):
         css = row_classes[index] if row_classes else ""
         opening = f'<tr class="{css}">' if css else "<tr>"
@@ -518,9 +556,14 @@ def _run_table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _render_report(summary: Mapping[str, Any], *, partition_counts: list[tuple[str, int, str, int]],
-                   timeline: _Timeline, first_findings: dict[str, list[Row]],
-                   sequence_sample: _SequenceSample | None) -> str:
+def _render_report(
+    summary: Mapping[str, Any],
+    *,
+    partition_counts: list[tuple[str, int, str, int]],
+    timeline: _Timeline,
+    first_findings: dict[str, list[Row]],
+    sequence_sample: _SequenceSample | None,
+) -> str:
     counts: dict[str, int] = summary["counts"]
     records: dict[str, int] = summary["records"]
     by_topic: dict[str, dict[str, int]] = summary["by_topic"]
@@ -532,7 +575,7 @@ def _render_report(summary: Mapping[str, Any], *, partition_counts: list[tuple[s
     if status == STATUS_FAILED:
         body.append(f"<pre>{_e(summary.get('error') or '(no error message given)')}</pre>")
     elif total == 0:
-        body.append('<p>Clean: every topic reconciled with the validator\'s tables; no finding in any class.</p>')
+        body.append("<p>Clean: every topic reconciled with the validator's tables; no finding in any class.</p>")
     else:
         topics_found = sum(1 for per_class in by_topic.values() if any(per_class.values()))
         classes_found = sum(1 for n in counts.values() if n)
@@ -546,13 +589,24 @@ def _render_report(summary: Mapping[str, Any], *, partition_counts: list[tuple[s
 
     body.append("<h2>Findings by class</h2>")
     class_rows = [
-        (f'<span class="swatch" style="background:{_colour(c, classes)}"></span>{_e(c)}', _int(counts[c]),
-         _int(records[c]), _e(CLASS_MEANINGS.get(c, "")))
+        (
+            f'<span class="swatch" style="background:{_colour(c, classes)}"></span>{_e(c)}',
+            _int(counts[c]),
+            _int(records[c]),
+            _e(CLASS_MEANINGS.get(c, "")),
+        )
         for c in classes
     ]
     class_rows.append(("All classes", _int(total), _int(sum(records.values())), ""))
-    body.append(_table(("Class", "Findings", "Records", "Meaning"), class_rows, table_id="counts-by-class",
-                       column_classes={1: "num", 2: "num"}, row_classes=[""] * len(classes) + ["total"]))
+    body.append(
+        _table(
+            ("Class", "Findings", "Records", "Meaning"),
+            class_rows,
+            table_id="counts-by-class",
+            column_classes={1: "num", 2: "num"},
+            row_classes=[""] * len(classes) + ["total"],
+        )
+    )
 
     body.append("<h2>Findings by topic and class</h2>")
     records_read = summary.get("records_read") or {}
@@ -560,13 +614,31 @@ def _render_report(summary: Mapping[str, Any], *, partition_counts: list[tuple[s
     for topic in sorted(by_topic):
         per_class = by_topic[topic]
         read = records_read.get(topic)
-        topic_rows.append((f"<code>{_e(topic)}</code>", _int(read),
-                           *(_int(per_class.get(c, 0)) for c in classes), _int(sum(per_class.values()))))
-    topic_rows.append(("All topics", _int(sum(records_read.values())) if records_read else "—",
-                       *(_int(counts[c]) for c in classes), _int(total)))
-    body.append(_table(("Topic", "Records read", *classes, "All classes"), topic_rows, table_id="counts-by-topic",
-                       column_classes=dict.fromkeys(range(1, len(classes) + 3), "num"),
-                       row_classes=[""] * (len(topic_rows) - 1) + ["total"]))
+        topic_rows.append(
+            (
+                f"<code>{_e(topic)}</code>",
+                _int(read),
+                *(_int(per_class.get(c, 0)) for c in classes),
+                _int(sum(per_class.values())),
+            )
+        )
+    topic_rows.append(
+        (
+            "All topics",
+            _int(sum(records_read.values())) if records_read else "—",
+            *(_int(counts[c]) for c in classes),
+            _int(total),
+        )
+    )
+    body.append(
+        _table(
+            ("Topic", "Records read", *classes, "All classes"),
+            topic_rows,
+            table_id="counts-by-topic",
+            column_classes=dict.fromkeys(range(1, len(classes) + 3), "num"),
+            row_classes=[""] * (len(topic_rows) - 1) + ["total"],
+        )
+    )
 
     body.append("<h2>Findings by partition</h2>")
     if total == 0:
@@ -600,8 +672,12 @@ def _headline(status: str, total: int) -> str:
 
 
 _OPTIONAL_COLUMN_TITLES = {
-    "producer": "Producer", "segment": "Segment", "seq": "Seq", "schema_id": "Schema id",
-    "expected_subject": "Expected subject", "registered_subjects": "Registered subjects",
+    "producer": "Producer",
+    "segment": "Segment",
+    "seq": "Seq",
+    "schema_id": "Schema id",
+    "expected_subject": "Expected subject",
+    "registered_subjects": "Registered subjects",
 }
 
 
@@ -611,8 +687,16 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
     heading = f"{cls}: {count:,} {plural}" if shown == count else f"{cls}: first {shown:,} of {count:,} findings"
     # Class-specific columns no shown row fills would only be a wall of dashes.
     optional = [name for name in _OPTIONAL_COLUMN_TITLES if any(r[name] is not None for r in rows)]
-    header = ("Topic", "Partition", "Offset", "Key", *(_OPTIONAL_COLUMN_TITLES[name] for name in optional),
-              "Record time", "Count", "Detail")
+    header = (
+        "Topic",
+        "Partition",
+        "Offset",
+        "Key",
+        *(_OPTIONAL_COLUMN_TITLES[name] for name in optional),
+        "Record time",
+        "Count",
+        "Detail",
+    )
 
     def optional_cell(row: Row, name: str) -> str:
         value = row[name]
@@ -625,52 +709,82 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
         return _int(value)
 
     table_rows = [
-        (f"<code>{_e(r['topic'])}</code>", _int(r["partition"]), _int(r["offset"]), _key(r["key"]),
-         *(optional_cell(r, name) for name in optional), _e(_utc(r["timestamp_ms"])), _int(r["count"]),
-         _e(_clip(r["detail"], DETAIL_CHARS)))
+        (
+            f"<code>{_e(r['topic'])}</code>",
+            _int(r["partition"]),
+            _int(r["offset"]),
+            _key(r["key"]),
+            *(optional_cell(r, name) for name in optional),
+            _e(_utc(r["timestamp_ms"])),
+            _int(r["count"]),
+            _e(_clip(r["detail"], DETAIL_CHARS)),
+        )
         for r in rows
     ]
-    numeric = {1, 2, len(header) - 2} | {4 + i for i, name in enumerate(optional)
-                                           if name in ("segment", "seq", "schema_id")}
+    numeric = {1, 2, len(header) - 2} | {
+        4 + i for i, name in enumerate(optional) if name in ("segment", "seq", "schema_id")
+    }
     return [
         f"<h3>{_e(heading)}</h3>",
         f'<p class="note">{_e(CLASS_MEANINGS.get(cls, ""))}. Ordered by topic, partition, offset.</p>',
-        _table(header, table_rows, table_id=f"findings-{cls.lower()}",
-               column_classes={**dict.fromkeys(numeric, "num"), len(header) - 1: "detail"}),
+        _table(
+            header,
+            table_rows,
+            table_id=f"findings-{cls.lower()}",
+            column_classes={**dict.fromkeys(numeric, "num"), len(header) - 1: "detail"},
+        ),
     ]
 
 
 def _sequence_section(sample: _SequenceSample) -> list[str]:
     shown = len(sample.rows)
-    intro = (f"{sample.total:,} producer-partitions compared, {sample.behind:,} with the topic behind the table. "
-             + ("All shown" if shown == sample.total else f"First {shown:,} shown")
-             + ", those behind first.")
+    intro = (
+        f"{sample.total:,} producer-partitions compared, {sample.behind:,} with the topic behind the table. "
+        + ("All shown" if shown == sample.total else f"First {shown:,} shown")
+        + ", those behind first."
+    )
     header = ("Topic", "Partition", "Producer", "Topic segment", "Topic seq", "Table segment", "Table seq", "Behind")
     rows = [
-        (f"<code>{_e(r['topic'])}</code>", _int(r["partition"]),
-         f"<code>{_e(r['producer'])}</code>" if r["producer"] is not None else "—",
-         _int(r["topic_segment"]), _int(r["topic_seq"]), _int(r["table_segment"]), _int(r["table_seq"]),
-         "behind" if r["behind"] else "no")
+        (
+            f"<code>{_e(r['topic'])}</code>",
+            _int(r["partition"]),
+            f"<code>{_e(r['producer'])}</code>" if r["producer"] is not None else "—",
+            _int(r["topic_segment"]),
+            _int(r["topic_seq"]),
+            _int(r["table_segment"]),
+            _int(r["table_seq"]),
+            "behind" if r["behind"] else "no",
+        )
         for r in sample.rows
     ]
-    return [f"<p>{_e(intro)}</p>",
-            _table(header, rows, table_id="sequences",
-                   column_classes=dict.fromkeys((1, 3, 4, 5, 6), "num"),
-                   row_classes=["behind" if r["behind"] else "" for r in sample.rows])]
+    return [
+        f"<p>{_e(intro)}</p>",
+        _table(
+            header,
+            rows,
+            table_id="sequences",
+            column_classes=dict.fromkeys((1, 3, 4, 5, 6), "num"),
+            row_classes=["behind" if r["behind"] else "" for r in sample.rows],
+        ),
+    ]
 
 
 def _timeline_section(timeline: _Timeline, classes: Sequence[str]) -> list[str]:
     if timeline.total == 0:
         return ['<p class="note">No findings, so nothing to plot.</p>']
     if not timeline.counts:
-        return [f'<p class="note">None of the {timeline.total:,} findings carries a record time '
-                "(timestamp -1), so there is nothing to plot.</p>"]
+        return [
+            f'<p class="note">None of the {timeline.total:,} findings carries a record time '
+            "(timestamp -1), so there is nothing to plot.</p>"
+        ]
     lines = [_plot_timeline(timeline, classes)]
     if timeline.untimed:
         one = timeline.untimed == 1
-        lines.append(f'<p class="note">{timeline.untimed:,} of {timeline.total:,} findings '
-                     f"{'carries' if one else 'carry'} no record time (timestamp -1) and "
-                     f"{'is' if one else 'are'} not plotted.</p>")
+        lines.append(
+            f'<p class="note">{timeline.untimed:,} of {timeline.total:,} findings '
+            f"{'carries' if one else 'carry'} no record time (timestamp -1) and "
+            f"{'is' if one else 'are'} not plotted.</p>"
+        )
     return lines
 
 
@@ -685,7 +799,7 @@ def _svg(figure: Figure, salt: str) -> str:
         figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     text = buffer.getvalue()
     # The RDF metadata only names namespaces by URL; the page is plainer without it.
-    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.DOTALL).strip()
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.DOTALL).strip()
     return f"<figure>\n{svg}\n</figure>"
 
 
@@ -696,7 +810,7 @@ def _plot_by_partition(partition_counts: list[tuple[str, int, str, int]], classe
         figure = Figure(figsize=(9, 0.9 + 2.1 * len(plotted)), layout="constrained")
         axes = figure.subplots(len(plotted), 1, squeeze=False)[:, 0]
         drawn: list[str] = []
-        for ax, topic in zip(axes, plotted):
+        for ax, topic in zip(axes, plotted, strict=False):
             per_cell = {(p, c): n for t, p, c, n in partition_counts if t == topic}
             partitions = sorted({p for p, _ in per_cell})
             bottoms = [0] * len(partitions)
@@ -705,7 +819,7 @@ def _plot_by_partition(partition_counts: list[tuple[str, int, str, int]], classe
                 if not any(heights):
                     continue
                 ax.bar(partitions, heights, bottom=bottoms, width=0.8, color=_colour(cls, classes))
-                bottoms = [b + h for b, h in zip(bottoms, heights)]
+                bottoms = [b + h for b, h in zip(bottoms, heights, strict=False)]
                 if cls not in drawn:
                     drawn.append(cls)
             ax.set_title(f"topic {topic}", loc="left")
@@ -717,14 +831,19 @@ def _plot_by_partition(partition_counts: list[tuple[str, int, str, int]], classe
             ax.set_axisbelow(True)
         drawn.sort(key=classes.index)
         figure.legend(
-            [Line2D([], [], color=_colour(c, classes), linewidth=8) for c in drawn], drawn,
-            loc="outside upper center", ncols=min(len(drawn), 6), frameon=False,
+            [Line2D([], [], color=_colour(c, classes), linewidth=8) for c in drawn],
+            drawn,
+            loc="outside upper center",
+            ncols=min(len(drawn), 6),
+            frameon=False,
         )
         svg = _svg(figure, "by-partition")
     note = ""
     if len(topics) > len(plotted):
-        note = (f'\n<p class="note">Plotted: the first {len(plotted)} of {len(topics)} topics with findings, '
-                "by name; the tables above count them all.</p>")
+        note = (
+            f'\n<p class="note">Plotted: the first {len(plotted)} of {len(topics)} topics with findings, '
+            "by name; the tables above count them all.</p>"
+        )
     return svg + note
 
 
@@ -738,8 +857,9 @@ def _plot_timeline(timeline: _Timeline, classes: Sequence[str]) -> str:
         for cls in classes:
             series = [timeline.counts.get((cls, b), 0) for b in bins]
             if any(series):
-                ax.plot(moments, series, marker="o", markersize=3, linewidth=1.4, color=_colour(cls, classes),
-                        label=cls)
+                ax.plot(
+                    moments, series, marker="o", markersize=3, linewidth=1.4, color=_colour(cls, classes), label=cls
+                )
         locator = AutoDateLocator(tz=UTC)
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))

@@ -20,14 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
 from kdiv.reconcile.findings import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNREADABLE
 from kdiv.registry.client import RegistryError, SchemaRegistry
 from kdiv.registry.schemaslog import SchemaLogState
 from kdiv.registry.subjects import SchemaIdInfo, SchemaLookups, judge, record_name_of
 from kdiv.state.framing import MAGIC, schema_id_of
 from kdiv.state.values import changelog_subject
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 # Faust's RocksDB files: <table>-<partition>.db under the worker's table directory.
 _STORE_NAME = re.compile(r"^(?P<table>(?:state|keys)-p\d+)-(?P<partition>\d+)\.db$")
@@ -49,13 +50,27 @@ def schema_id_uses(changelog_records: DataFrame) -> list[IdUse]:
     values = changelog_records.where(F.col("value").isNotNull())
     framed = (F.length("value") >= 5) & (F.substring("value", 1, 1) == F.unhex(F.lit(f"{MAGIC:02X}")))
     ids = values.select(
-        "topic", "partition", "offset", F.unix_millis("timestamp").alias("timestamp_ms"),
-        F.when(framed, F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")).alias("schema_id"))
+        "topic",
+        "partition",
+        "offset",
+        F.unix_millis("timestamp").alias("timestamp_ms"),
+        F.when(framed, F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")).alias("schema_id"),
+    )
     grouped = ids.groupBy("topic", "partition", "schema_id").agg(
-        F.count(F.lit(1)).alias("records"), F.min(F.struct("offset", "timestamp_ms")).alias("first"))
+        F.count(F.lit(1)).alias("records"), F.min(F.struct("offset", "timestamp_ms")).alias("first")
+    )
     return sorted(
-        (IdUse(r["topic"], r["partition"], None if r["schema_id"] is None else int(r["schema_id"]), r["records"],
-               r["first"]["offset"], r["first"]["timestamp_ms"]) for r in grouped.collect()),
+        (
+            IdUse(
+                r["topic"],
+                r["partition"],
+                None if r["schema_id"] is None else int(r["schema_id"]),
+                r["records"],
+                r["first"]["offset"],
+                r["first"]["timestamp_ms"],
+            )
+            for r in grouped.collect()
+        ),
         key=lambda u: (u.changelog, u.partition, -1 if u.schema_id is None else u.schema_id),
     )
 
@@ -80,7 +95,10 @@ def local_store_uses(directory: Path, app_id: str) -> list[IdUse]:
                 counts[ident] = counts.get(ident, 0) + 1
         finally:
             db.close()
-    return [IdUse(c, p, i, n, -1, -1) for (c, p, i), n in sorted(counts.items(), key=lambda x: (x[0][0], x[0][1], x[0][2] or -1))]
+    return [
+        IdUse(c, p, i, n, -1, -1)
+        for (c, p, i), n in sorted(counts.items(), key=lambda x: (x[0][0], x[0][1], x[0][2] or -1))
+    ]
 
 
 class ReplayedRegistry:
@@ -128,10 +146,20 @@ class SchemaFinding:
     def row(self) -> dict:
         use = self.use
         return {
-            "class": self.verdict, "topic": use.changelog, "partition": use.partition, "offset": use.first_offset,
-            "key": None, "producer": None, "segment": None, "seq": None, "timestamp_ms": use.first_timestamp_ms,
-            "count": use.records, "schema_id": use.schema_id, "expected_subject": self.expected_subject,
-            "registered_subjects": list(self.registered_subjects), "detail": self.detail,
+            "class": self.verdict,
+            "topic": use.changelog,
+            "partition": use.partition,
+            "offset": use.first_offset,
+            "key": None,
+            "producer": None,
+            "segment": None,
+            "seq": None,
+            "timestamp_ms": use.first_timestamp_ms,
+            "count": use.records,
+            "schema_id": use.schema_id,
+            "expected_subject": self.expected_subject,
+            "registered_subjects": list(self.registered_subjects),
+            "detail": self.detail,
         }
 
 
@@ -143,8 +171,11 @@ def judge_uses(uses: Iterable[IdUse], directory) -> list[SchemaFinding]:
         where = "a local store" if use.first_offset < 0 else f"offset {use.first_offset}"
         subject = changelog_subject(use.changelog)
         if use.schema_id is None:
-            findings.append(SchemaFinding(use, UNREADABLE, subject, (),
-                                          f"{use.records} values are not Confluent-framed (first at {where})"))
+            findings.append(
+                SchemaFinding(
+                    use, UNREADABLE, subject, (), f"{use.records} values are not Confluent-framed (first at {where})"
+                )
+            )
             continue
         if use.schema_id not in infos:
             infos[use.schema_id] = directory.info(use.schema_id)
@@ -153,10 +184,12 @@ def judge_uses(uses: Iterable[IdUse], directory) -> list[SchemaFinding]:
         if verdict is None:
             continue
         registered = tuple(sorted(info.subjects)) if info else ()
-        detail = (f"schema id {use.schema_id} is unknown to the registry ({use.records} records, first at {where})"
-                  if verdict == SCHEMA_UNKNOWN else
-                  f"schema id {use.schema_id} is registered under {', '.join(registered) or 'no subject'}, "
-                  f"not under {subject} ({use.records} records, first at {where})")
+        detail = (
+            f"schema id {use.schema_id} is unknown to the registry ({use.records} records, first at {where})"
+            if verdict == SCHEMA_UNKNOWN
+            else f"schema id {use.schema_id} is registered under {', '.join(registered) or 'no subject'}, "
+            f"not under {subject} ({use.records} records, first at {where})"
+        )
         findings.append(SchemaFinding(use, verdict, subject, registered, detail))
     return findings
 

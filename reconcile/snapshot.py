@@ -34,9 +34,7 @@ class PartitionRange:
 
     def __post_init__(self) -> None:
         if self.partition < 0 or self.start < 0 or self.end < self.start:
-            raise ValueError(
-                f"invalid range for {self.topic}[{self.partition}]: offsets [{self.start}, {self.end})"
-            )
+            raise ValueError(f"invalid range for {self.topic}[{self.partition}]: offsets [{self.start}, {self.end})")
 
     @property
     def records_planned(self) -> int:
@@ -119,6 +117,7 @@ async def plan_snapshot(
     """
     # Deferred: only the driver plans, and executors importing this module need none of it.
     from aiokafka import TopicPartition
+
     from kdiv.config.security import PLAINTEXT
     from kdiv.kafka.consume import standalone_consumer
     from kdiv.kafka.tansu import detect_tansu, end_offsets

@@ -11,12 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
-from kdiv.div.ledger import KeyValidation, parse_ledger_key
-from kdiv.div.segment import Segment
-from kdiv.div.validator import PartitionValidation
-from kdiv.state.codec import StateDecodeError
-from kdiv.state.framing import FramingError, unframe
-from kdiv.state.tables import parse_key
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -29,6 +23,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from kdiv.div.ledger import KeyValidation, parse_ledger_key
+from kdiv.div.segment import Segment
+from kdiv.div.validator import PartitionValidation
+from kdiv.state.codec import StateDecodeError
+from kdiv.state.framing import FramingError, unframe
+from kdiv.state.tables import parse_key
+
 PARTITION = "partition"
 PRODUCER = "producer"
 KEY = "key"
@@ -37,35 +38,37 @@ UNREADABLE = "unreadable"
 # Not framed, or framed with an id the registry does not know: the schema check reports these.
 UNDECODED = "undecoded"
 
-STATE_ROWS = StructType([
-    StructField("kind", StringType(), False),
-    StructField("changelog", StringType(), False),
-    StructField("changelog_partition", IntegerType(), False),
-    StructField("changelog_offset", LongType(), False),
-    StructField("schema_id", IntegerType(), True),
-    # The watched topic and partition the state is about.
-    StructField("topic", StringType(), True),
-    StructField("partition", IntegerType(), True),
-    StructField("key", BinaryType(), True),  # the record key, for key ledger rows
-    StructField("producer", StringType(), True),
-    StructField("segment", LongType(), True),
-    StructField("seq", LongType(), True),
-    # Partition: validated up to; producer: its last record; key: the validated record.
-    StructField("offset", LongType(), True),
-    StructField("timestamp_ms", LongType(), True),
-    StructField("crc", LongType(), True),
-    StructField("tombstone", BooleanType(), True),
-    StructField("error", StringType(), True),
-])
+STATE_ROWS = StructType(
+    [
+        StructField("kind", StringType(), False),
+        StructField("changelog", StringType(), False),
+        StructField("changelog_partition", IntegerType(), False),
+        StructField("changelog_offset", LongType(), False),
+        StructField("schema_id", IntegerType(), True),
+        # The watched topic and partition the state is about.
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("key", BinaryType(), True),  # the record key, for key ledger rows
+        StructField("producer", StringType(), True),
+        StructField("segment", LongType(), True),
+        StructField("seq", LongType(), True),
+        # Partition: validated up to; producer: its last record; key: the validated record.
+        StructField("offset", LongType(), True),
+        StructField("timestamp_ms", LongType(), True),
+        StructField("crc", LongType(), True),
+        StructField("tombstone", BooleanType(), True),
+        StructField("error", StringType(), True),
+    ]
+)
 _FIELDS = [f.name for f in STATE_ROWS.fields]
 
 
 def latest_values(changelog_records: DataFrame) -> DataFrame:
     """Latest record per table key; tombstones delete (a deleted key is no state)."""
-    latest = changelog_records.groupBy("topic", "partition", "key").agg(
-        F.max(F.struct("offset", "value")).alias("r"))
-    return latest.select("topic", "partition", "key", F.col("r.offset").alias("offset"),
-                         F.col("r.value").alias("value")).where(F.col("value").isNotNull())
+    latest = changelog_records.groupBy("topic", "partition", "key").agg(F.max(F.struct("offset", "value")).alias("r"))
+    return latest.select(
+        "topic", "partition", "key", F.col("r.offset").alias("offset"), F.col("r.value").alias("value")
+    ).where(F.col("value").isNotNull())
 
 
 def decoded_state(changelog_records: DataFrame, writer_schemas: Mapping[int, str]) -> DataFrame:
@@ -92,8 +95,13 @@ def decoded_state(changelog_records: DataFrame, writer_schemas: Mapping[int, str
 
 def _row(kind: str, entry: dict, **fields) -> dict:
     row = dict.fromkeys(_FIELDS)
-    row.update(kind=kind, changelog=entry["topic"], changelog_partition=entry["partition"],
-               changelog_offset=entry["offset"], **fields)
+    row.update(
+        kind=kind,
+        changelog=entry["topic"],
+        changelog_partition=entry["partition"],
+        changelog_offset=entry["offset"],
+        **fields,
+    )
     return row
 
 
@@ -104,33 +112,71 @@ def _decode_row(entry: dict, values, usable: set[int]) -> dict:
     except FramingError as bad:
         return _row(UNDECODED, entry, error=f"value is not Confluent-framed: {bad}")
     if schema_id not in usable:
-        return _row(UNDECODED, entry, schema_id=schema_id,
-                    error=f"schema id {schema_id} has no writer schema (unknown to the registry)")
+        return _row(
+            UNDECODED,
+            entry,
+            schema_id=schema_id,
+            error=f"schema id {schema_id} has no writer schema (unknown to the registry)",
+        )
     try:
         state = values.decode(raw)
         if isinstance(state, KeyValidation):
             topic, partition, key = parse_ledger_key(raw_key or b"")
-            return _row(KEY, entry, schema_id=schema_id, topic=topic, partition=partition, key=key,
-                        producer=state.producer.hex() if state.producer is not None else None,
-                        segment=state.segment, seq=state.seq, offset=state.offset, timestamp_ms=state.timestamp,
-                        crc=state.crc, tombstone=state.tombstone)
+            return _row(
+                KEY,
+                entry,
+                schema_id=schema_id,
+                topic=topic,
+                partition=partition,
+                key=key,
+                producer=state.producer.hex() if state.producer is not None else None,
+                segment=state.segment,
+                seq=state.seq,
+                offset=state.offset,
+                timestamp_ms=state.timestamp,
+                crc=state.crc,
+                tombstone=state.tombstone,
+            )
         state_key = parse_key(raw_key or b"")
         if isinstance(state, PartitionValidation) and state_key.guid is None:
-            return _row(PARTITION, entry, schema_id=schema_id, topic=state_key.topic, partition=state_key.partition,
-                        offset=state.last_offset)
+            return _row(
+                PARTITION,
+                entry,
+                schema_id=schema_id,
+                topic=state_key.topic,
+                partition=state_key.partition,
+                offset=state.last_offset,
+            )
         if isinstance(state, Segment) and state_key.guid is not None:
-            return _row(PRODUCER, entry, schema_id=schema_id, topic=state_key.topic, partition=state_key.partition,
-                        producer=state_key.guid.hex(), segment=state.segment_number, seq=state.sequence_number,
-                        offset=state.last_offset)
-        return _row(UNREADABLE, entry, schema_id=schema_id,
-                    error=f"key {raw_key!r} holds a {type(state).__name__}, not what the key names")
+            return _row(
+                PRODUCER,
+                entry,
+                schema_id=schema_id,
+                topic=state_key.topic,
+                partition=state_key.partition,
+                producer=state_key.guid.hex(),
+                segment=state.segment_number,
+                seq=state.sequence_number,
+                offset=state.last_offset,
+            )
+        return _row(
+            UNREADABLE,
+            entry,
+            schema_id=schema_id,
+            error=f"key {raw_key!r} holds a {type(state).__name__}, not what the key names",
+        )
     except (StateDecodeError, ValueError) as bad:
         return _row(UNREADABLE, entry, schema_id=schema_id, error=str(bad))
 
 
 def _arrow_type(spark_type):
-    return {StringType(): pa.string(), IntegerType(): pa.int32(), LongType(): pa.int64(),
-            BinaryType(): pa.binary(), BooleanType(): pa.bool_()}[spark_type]
+    return {
+        StringType(): pa.string(),
+        IntegerType(): pa.int32(),
+        LongType(): pa.int64(),
+        BinaryType(): pa.binary(),
+        BooleanType(): pa.bool_(),
+    }[spark_type]
 
 
 _ARROW_SCHEMA = pa.schema([pa.field(f.name, _arrow_type(f.dataType), f.nullable) for f in STATE_ROWS.fields])

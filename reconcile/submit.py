@@ -29,8 +29,10 @@ def spark_submit_path() -> str:
     found = shutil.which("spark-submit")
     if found:
         return found
-    raise SubmitError("spark-submit not found beside this Python, in $SPARK_HOME/bin or on PATH: "
-                      "install kdiv with its spark extra (pip install 'kdiv[spark]')")
+    raise SubmitError(
+        "spark-submit not found beside this Python, in $SPARK_HOME/bin or on PATH: "
+        "install kdiv with its spark extra (pip install 'kdiv[spark]')"
+    )
 
 
 def package_zip(directory: Path) -> Path:
@@ -53,8 +55,9 @@ def package_zip(directory: Path) -> Path:
     return target
 
 
-def submit_command(master: str, job_args: list[str], *, spark_conf: dict[str, str] | None = None,
-                   py_files: Path | None = None) -> list[str]:
+def submit_command(
+    master: str, job_args: list[str], *, spark_conf: dict[str, str] | None = None, py_files: Path | None = None
+) -> list[str]:
     job = Path(__file__).resolve().parent / "job.py"
     command = [spark_submit_path(), "--master", master]
     for key, value in sorted((spark_conf or {}).items()):

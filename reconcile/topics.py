@@ -9,9 +9,10 @@ equal over real records.
 
 from __future__ import annotations
 
-from kdiv.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from kdiv.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind
 
 
 def _int32_be(length: Column) -> Column:
@@ -38,28 +39,38 @@ def with_div_fields(records: DataFrame) -> DataFrame:
     divs = F.filter("headers", lambda h: h["key"] == HEADER_NAME)
     raw = F.when((F.size(divs) == 1), divs[0]["value"])
     readable = (F.length(raw) >= COMMON_SIZE) & (_unsigned(raw, 0, 1) == FORMAT_VERSION)
-    return records.withColumns({
-        "div_kind": F.when(readable, _unsigned(raw, 1, 1).cast("int")),
-        "producer": F.when(readable, F.lower(F.hex(F.substring(raw, 3, 16)))),
-        "segment": F.when(readable, _unsigned(raw, 18, 4)),
-        "seq": F.when(readable, _unsigned(raw, 22, 4)),
-    })
+    return records.withColumns(
+        {
+            "div_kind": F.when(readable, _unsigned(raw, 1, 1).cast("int")),
+            "producer": F.when(readable, F.lower(F.hex(F.substring(raw, 3, 16)))),
+            "segment": F.when(readable, _unsigned(raw, 18, 4)),
+            "seq": F.when(readable, _unsigned(raw, 22, 4)),
+        }
+    )
 
 
 def keyed_data(records: DataFrame) -> DataFrame:
     """Records the key ledger covers: keyed, not DIV control records."""
-    return records.where(F.col("key").isNotNull() & (F.col("div_kind").isNull() | (F.col("div_kind") == int(Kind.DATA))))
+    return records.where(
+        F.col("key").isNotNull() & (F.col("div_kind").isNull() | (F.col("div_kind") == int(Kind.DATA)))
+    )
 
 
 def at_rest_view(records: DataFrame) -> DataFrame:
     """What the comparisons need of each record, values reduced to their CRC32 so the view
     is small enough to keep for the several aggregations that read it."""
     return with_div_fields(records).select(
-        "topic", "partition", "key", "offset",
+        "topic",
+        "partition",
+        "key",
+        "offset",
         F.unix_millis("timestamp").alias("timestamp_ms"),
         at_rest_crc(F.col("key"), F.col("value")).alias("crc"),
         F.col("value").isNull().alias("tombstone"),
-        "div_kind", "producer", "segment", "seq",
+        "div_kind",
+        "producer",
+        "segment",
+        "seq",
     )
 
 
@@ -75,6 +86,14 @@ def latest_per_key(view: DataFrame) -> DataFrame:
 def highest_sequences(records: DataFrame) -> DataFrame:
     """Per (topic, partition, producer) the highest (segment, seq) any record of it carries."""
     stamped = records.where(F.col("producer").isNotNull())
-    top = stamped.groupBy("topic", "partition", "producer").agg(F.max(F.struct("segment", "seq", "offset")).alias("top"))
-    return top.select("topic", "partition", "producer", F.col("top.segment").alias("topic_segment"),
-                      F.col("top.seq").alias("topic_seq"), F.col("top.offset").alias("topic_offset"))
+    top = stamped.groupBy("topic", "partition", "producer").agg(
+        F.max(F.struct("segment", "seq", "offset")).alias("top")
+    )
+    return top.select(
+        "topic",
+        "partition",
+        "producer",
+        F.col("top.segment").alias("topic_segment"),
+        F.col("top.seq").alias("topic_seq"),
+        F.col("top.offset").alias("topic_offset"),
+    )

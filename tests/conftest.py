@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
+
 from kdiv.dev.broker import DevBroker
 from kdiv.kafka.tansu import detect_tansu
 
@@ -118,9 +119,7 @@ async def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-tests")
     await admin.start()
     try:
-        response = await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
-        )
+        response = await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
         # aiokafka returns per-topic errors instead of raising them.
         for topic, error_code, *details in response.topic_errors:
             if error_code:
@@ -133,9 +132,7 @@ async def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
         await admin.close()
 
 
-async def _wait_until_topic_has_leaders(
-    admin: AIOKafkaAdminClient, bootstrap: str, name: str, partitions: int
-) -> None:
+async def _wait_until_topic_has_leaders(admin: AIOKafkaAdminClient, bootstrap: str, name: str, partitions: int) -> None:
     # Apache Kafka answers CreateTopics before every partition has a leader; clients
     # that start at once would see UnknownTopicOrPartition for a while.
     loop = asyncio.get_running_loop()

@@ -38,7 +38,12 @@ def header(
 ) -> bytes:
     return encode(
         DivHeader(
-            kind, guid, segment, seq, producer_ts, record_crc(kind, key, value),
+            kind,
+            guid,
+            segment,
+            seq,
+            producer_ts,
+            record_crc(kind, key, value),
             checksum_type=checksum_type if kind == Kind.START_OF_SEGMENT else None,
             segment_checksum=segment_checksum if kind == Kind.END_OF_SEGMENT else None,
             final_segment=final if kind == Kind.END_OF_SEGMENT else None,
@@ -73,17 +78,41 @@ class Log:
 
     def redeliver(self, record: ConsumedRecord, **changes) -> ConsumedRecord:
         """The same record again at the next offset (a producer retry or a replay)."""
-        return self.add(changes.get("key", record.key), changes.get("value", record.value),
-                        changes.get("headers", record.headers), record.partition,
-                        changes.get("timestamp", record.timestamp))
+        return self.add(
+            changes.get("key", record.key),
+            changes.get("value", record.value),
+            changes.get("headers", record.headers),
+            record.partition,
+            changes.get("timestamp", record.timestamp),
+        )
 
-    def data(self, segment: int, seq: int, key: bytes = b"k", value: bytes = b"v", *, guid: bytes = GUID_A,
-             partition: int = 0, timestamp: int = NOW, producer_ts: int = NOW) -> ConsumedRecord:
+    def data(
+        self,
+        segment: int,
+        seq: int,
+        key: bytes = b"k",
+        value: bytes = b"v",
+        *,
+        guid: bytes = GUID_A,
+        partition: int = 0,
+        timestamp: int = NOW,
+        producer_ts: int = NOW,
+    ) -> ConsumedRecord:
         h = header(Kind.DATA, segment, seq, key, value, guid=guid, producer_ts=producer_ts)
         return self.add(key, value, ((HEADER_NAME, h),), partition, timestamp)
 
-    def control(self, kind: Kind, segment: int, seq: int, *, guid: bytes = GUID_A, partition: int = 0,
-                timestamp: int = NOW, producer_ts: int = NOW, **header_fields) -> ConsumedRecord:
+    def control(
+        self,
+        kind: Kind,
+        segment: int,
+        seq: int,
+        *,
+        guid: bytes = GUID_A,
+        partition: int = 0,
+        timestamp: int = NOW,
+        producer_ts: int = NOW,
+        **header_fields,
+    ) -> ConsumedRecord:
         key = control_key(guid, segment, seq)
         h = header(kind, segment, seq, key, b"", guid=guid, producer_ts=producer_ts, **header_fields)
         return self.add(key, b"", ((HEADER_NAME, h),), partition, timestamp)

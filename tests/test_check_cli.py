@@ -9,11 +9,11 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+
 from kdiv.cli import main
 from kdiv.div.stamper import DivStamper
 from kdiv.div.wire import Kind
 from kdiv.offline.jsonl import record_to_line
-
 from tests.streams import GUID_A, GUID_B, NOW, Log, corrupt_value
 
 
@@ -41,7 +41,12 @@ def faulty_file(tmp_path):
     def pick(guid, seq, partition):
         for r in records:
             h = r.headers[-1][1]
-            if h[2:18] == guid and int.from_bytes(h[22:26], "big") == seq and r.partition == partition and h[1] == Kind.DATA:
+            if (
+                h[2:18] == guid
+                and int.from_bytes(h[22:26], "big") == seq
+                and r.partition == partition
+                and h[1] == Kind.DATA
+            ):
                 return r
         raise LookupError
 
@@ -130,8 +135,18 @@ def test_bad_lines_are_named_with_line_number_and_the_rest_is_still_checked(tmp_
     log, st = Log(), DivStamper(GUID_A)
     good = [record_to_line(r) for r in log.add_outgoing(st.data("t", 0, b"k", b"v", NOW))]
     path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join([good[0], "{not json", '{"topic": "t", "partition": -1, "offset": 0, "timestamp": 0}',
-                               '{"topic": "t", "partition": 0, "offset": 1, "timestamp": 0, "value": "@@"}', good[1]]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                good[0],
+                "{not json",
+                '{"topic": "t", "partition": -1, "offset": 0, "timestamp": 0}',
+                '{"topic": "t", "partition": 0, "offset": 1, "timestamp": 0, "value": "@@"}',
+                good[1],
+            ]
+        )
+        + "\n"
+    )
     code, out, err = run_check(path)
     assert code == 2
     assert [o["verdict"] for o in out] == ["OK", "OK"]
@@ -141,8 +156,17 @@ def test_bad_lines_are_named_with_line_number_and_the_rest_is_still_checked(tmp_
 
 
 def test_malformed_header_is_a_fault_not_a_crash():
-    line = json.dumps({"topic": "t", "partition": 0, "offset": 0, "timestamp": 0, "key": None,
-                       "value": base64.b64encode(b"v").decode(), "headers": [["div", base64.b64encode(b"\x01").decode()]]})
+    line = json.dumps(
+        {
+            "topic": "t",
+            "partition": 0,
+            "offset": 0,
+            "timestamp": 0,
+            "key": None,
+            "value": base64.b64encode(b"v").decode(),
+            "headers": [["div", base64.b64encode(b"\x01").decode()]],
+        }
+    )
     code, out, _ = run_check(None, stdin=line + "\n")
     assert code == 1 and out[0]["verdict"] == "MALFORMED" and "shorter than" in out[0]["detail"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from kdiv.dev.demo import FAULTS, FaultyPipeline, run_demo
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.kafka.consume import read_snapshot
@@ -62,6 +63,12 @@ async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
     seen = Counter([validator.validate(r, 0).verdict.value async for r in read_snapshot(bootstrap, topic)])
     # Every verdict a validator can give shows up in one pass of the schedule.
     assert set(seen) == {
-        "OK", "MISSING", "DUPLICATE", "CORRUPT", "UNREGISTERED_PRODUCER", "DATA_AFTER_SEGMENT_END", "MALFORMED",
+        "OK",
+        "MISSING",
+        "DUPLICATE",
+        "CORRUPT",
+        "UNREGISTERED_PRODUCER",
+        "DATA_AFTER_SEGMENT_END",
+        "MALFORMED",
         "UNTRACKED",
     }

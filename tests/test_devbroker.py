@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaClient
+
 from kdiv.dev.broker import TANSU_BIN_ENV, BrokerError, DevBroker, tansu_binary
 from kdiv.kafka.tansu import fetch_cluster_id
 

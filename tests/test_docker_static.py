@@ -34,7 +34,9 @@ def _loop_values(parents: dict, node: ast.AST, variable: str) -> list[str]:
     """String constants an enclosing `for variable in (...)` (statement or comprehension) binds."""
     while node in parents:
         node = parents[node]
-        generators = node.generators if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) else []
+        generators = (
+            node.generators if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) else []
+        )
         loops = [(g.target, g.iter) for g in generators]
         if isinstance(node, ast.For):
             loops.append((node.target, node.iter))
@@ -50,8 +52,12 @@ def _names_of_argument(parents: dict, argument: ast.AST) -> list[str]:
     if isinstance(argument, ast.JoinedStr):
         # f"SCHEMA_REGISTRY_{name}" inside `for name in ("CA", ...)`
         parts = argument.values
-        if len(parts) == 2 and isinstance(parts[0], ast.Constant) and isinstance(parts[1], ast.FormattedValue) \
-                and isinstance(parts[1].value, ast.Name):
+        if (
+            len(parts) == 2
+            and isinstance(parts[0], ast.Constant)
+            and isinstance(parts[1], ast.FormattedValue)
+            and isinstance(parts[1].value, ast.Name)
+        ):
             return [parts[0].value + v for v in _loop_values(parents, argument, parts[1].value.id)]
     return []
 
@@ -68,8 +74,12 @@ def kdiv_variables_read_by_the_code() -> set[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names.update(_KDIV_NAME.findall(node.value))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in readers \
-                    and node.args:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in readers
+                and node.args
+            ):
                 names.update("KDIV_" + n for n in _names_of_argument(parents, node.args[0]) if _NAME.fullmatch(n))
     return names
 
@@ -111,8 +121,17 @@ def test_the_scan_finds_the_settings_the_code_reads():
 
 
 def test_the_compose_file_parses_and_every_image_is_pinned_or_built_here(services):
-    assert {"kafka-1", "kafka-2", "kafka-3", "schema-registry", "spark-master", "spark-worker",
-            "kdiv-worker-1", "kdiv-worker-2", "demo"} <= services.keys()
+    assert {
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "schema-registry",
+        "spark-master",
+        "spark-worker",
+        "kdiv-worker-1",
+        "kdiv-worker-2",
+        "demo",
+    } <= services.keys()
     for name, service in services.items():
         if "build" in service:
             build = service["build"]
@@ -141,14 +160,18 @@ def test_the_dockerfile_is_pinned_and_runs_as_a_user():
 
 def test_compose_sets_only_kdiv_variables_the_code_reads(services):
     known = kdiv_variables_read_by_the_code()
-    used = {(name, var) for name, service in services.items() for var in _environment(service) if var.startswith("KDIV_")}
+    used = {
+        (name, var) for name, service in services.items() for var in _environment(service) if var.startswith("KDIV_")
+    }
     assert used, "no KDIV_ settings in compose.yaml"
     unknown = sorted(f"{name}: {var}" for name, var in used if var not in known)
     assert unknown == [], f"compose.yaml sets KDIV_ variables no code reads: {unknown}"
 
 
 def test_published_ports_match_the_web_port_and_the_kdiv_workers_are_distinct(services):
-    workers = {name: s for name, s in services.items() if s.get("command", [None])[:3] == ["faust", "-A", "kdiv.worker.main"]}
+    workers = {
+        name: s for name, s in services.items() if s.get("command", [None])[:3] == ["faust", "-A", "kdiv.worker.main"]
+    }
     assert len(workers) == 2
     host_ports = []
     for name, service in workers.items():
@@ -157,7 +180,9 @@ def test_published_ports_match_the_web_port_and_the_kdiv_workers_are_distinct(se
         published = [str(p).rsplit(":", 2) for p in service.get("ports", [])]
         assert published, f"{name} publishes no port"
         for *_host_ip, host_port, container_port in ([None, *p] if len(p) == 2 else p for p in published):
-            assert container_port == web_port, f"{name}: publishes container port {container_port}, KDIV_WEB_PORT={web_port}"
+            assert container_port == web_port, (
+                f"{name}: publishes container port {container_port}, KDIV_WEB_PORT={web_port}"
+            )
             host_ports.append(host_port)
         # Peers reach each worker at its own name; with it not on loopback, a token is required.
         assert env["KDIV_WEB_HOST"] == service["hostname"] == name

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+
 from kdiv.dev.broker import DevBroker
 from kdiv.kafka.tansu import (
     BROKER_FLAVOR_ENV,
@@ -90,9 +91,7 @@ async def test_end_offsets_equal_the_record_count_where_list_offsets_falls_short
         assert reported == expected
 
 
-async def test_end_offsets_leave_the_consumers_assignment_and_positions_alone(
-    bootstrap, batched_topic
-):
+async def test_end_offsets_leave_the_consumers_assignment_and_positions_alone(bootstrap, batched_topic):
     tp0, tp1 = TopicPartition(batched_topic, 0), TopicPartition(batched_topic, 1)
     async with started_consumer(bootstrap) as consumer:
         consumer.assign([tp0])
@@ -137,9 +136,7 @@ async def test_detect_tansu_recognises_the_embedded_broker_from_any_client(no_fl
             await admin.close()
 
 
-async def test_detect_tansu_matches_the_session_brokers_cluster_id(
-    bootstrap, broker_is_tansu, no_flavor_override
-):
+async def test_detect_tansu_matches_the_session_brokers_cluster_id(bootstrap, broker_is_tansu, no_flavor_override):
     assert await detect_tansu(bootstrap) == (await fetch_cluster_id(bootstrap) == "tansu_cluster")
 
 

@@ -7,6 +7,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
 from kdiv.reconcile.kafka_source import (
     ARROW_SCHEMA,
     KAFKA_SCHEMA,
@@ -21,8 +24,6 @@ from kdiv.reconcile.kafka_source import (
     spark_kafka_options,
 )
 from kdiv.reconcile.snapshot import PartitionRange, Snapshot, take_snapshot
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 pytestmark = pytest.mark.broker
 
@@ -142,13 +143,11 @@ def test_reads_exactly_the_snapshot_with_the_kafka_columns(spark, bootstrap, loa
     rows = spark_rows(df)
     assert len(rows) == len(set(rows)) == 120 == snapshot.records_planned
     # The 45 records written after planning are on the broker, but not in the read.
-    everything = {
-        r.partition: PartitionRange(topic, r.partition, r.start, r.end + 15) for r in snapshot.ranges
-    }
+    everything = {r.partition: PartitionRange(topic, r.partition, r.start, r.end + 15) for r in snapshot.ranges}
     assert len(confluent_read(bootstrap, tuple(everything.values()))) == 165
     assert set(rows) == confluent_read(bootstrap, snapshot.ranges)
     # And equal to what was written: offsets follow the produce order within a partition.
-    offsets = {p: 0 for p in range(PARTITIONS)}
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
     expected = set()
     for partition, key, value, timestamp, headers in before:
         expected.add((key, value, topic, partition, offsets[partition], timestamp, 0, _headers(headers)))
@@ -196,7 +195,7 @@ def test_auto_picks_the_python_source_and_forcing_spark_says_what_is_missing(spa
     assert resolve_source(spark, "auto") == "python"
 
     auto = read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap))
-    plan = auto._jdf.queryExecution().optimizedPlan().toString()  # noqa: SLF001
+    plan = auto._jdf.queryExecution().optimizedPlan().toString()
     assert "kdiv_kafka" in plan
     assert auto.count() == 120
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kdiv.div.ledger import (
     KeyValidation,
     at_rest_crc,
@@ -16,7 +17,6 @@ from kdiv.state.codec import StateDecodeError, decode_state
 from kdiv.state.framing import unframe
 from kdiv.state.values import StateValues
 from kdiv.worker.live import LiveValidation
-
 from tests.streams import GUID_A, NOW, Log
 
 

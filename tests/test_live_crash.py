@@ -8,11 +8,13 @@ that log; the committed offset is that of some unit whose writes were all kept.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
@@ -29,8 +31,11 @@ NOW = 1_700_000_000_000
 def faulty_stream(draw) -> list[ConsumedRecord]:
     """One partition written by 1-3 producers, with push markers and injected faults."""
     stampers = [
-        DivStamper(uuid.UUID(int=i + 1).bytes, checksum_type=ChecksumType.ADHASH,
-                   max_records_per_segment=draw(st.integers(2, 6)))
+        DivStamper(
+            uuid.UUID(int=i + 1).bytes,
+            checksum_type=ChecksumType.ADHASH,
+            max_records_per_segment=draw(st.integers(2, 6)),
+        )
         for i in range(draw(st.integers(1, 3)))
     ]
     out = []
@@ -109,7 +114,7 @@ def _replay(records, unit_cuts, in_push, crash_points, committed_choices):
     saved_state: dict[bytes, bytes] = {}
     incidents: dict[bytes, object] = {}
     bounds = [0, *[c for c in unit_cuts if 0 < c < len(records)], len(records)]
-    units = [records[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    units = [records[a:b] for a, b in itertools.pairwise(bounds) if b > a]
     crash_points = list(crash_points)
     committed_choices = list(committed_choices)
 
@@ -164,8 +169,9 @@ def _comparable(incidents):
     crash_points=st.lists(st.integers(1, 30), min_size=1, max_size=4).map(sorted),
     committed_choices=st.lists(st.integers(0, 1000), max_size=8),
 )
-def test_crash_at_any_write_changes_no_incident_and_no_state(records, in_push, unit_cuts, crash_points,
-                                                               committed_choices):
+def test_crash_at_any_write_changes_no_incident_and_no_state(
+    records, in_push, unit_cuts, crash_points, committed_choices
+):
     expected_incidents, expected_state = _replay(records, unit_cuts, in_push, [], [])
     incidents, state = _replay(records, unit_cuts, in_push, crash_points, committed_choices)
     assert _comparable(incidents) == _comparable(expected_incidents)

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.stamper import DivStamper, OutgoingRecord
 from kdiv.div.validator import DataIntegrityValidator
@@ -124,8 +125,12 @@ def faulty_stream(draw):
         cursors[p] += 1
         offset = offsets.get(record.partition, 0)
         offsets[record.partition] = offset + 1
-        stream.append((ConsumedRecord(record.topic, record.partition, offset, NOW, record.key, record.value,
-                                      record.headers), expected))
+        stream.append(
+            (
+                ConsumedRecord(record.topic, record.partition, offset, NOW, record.key, record.value, record.headers),
+                expected,
+            )
+        )
     return stream
 
 
@@ -156,7 +161,11 @@ def test_state_saved_and_restored_after_every_record_changes_no_verdict(stream):
             assert producers[guid] == segment
         state = decode_partition(encode_partition(saved))
         assert (state.in_push, state.push_failed, state.last_offset, state.counts) == (
-            saved.in_push, saved.push_failed, saved.last_offset, saved.counts)
+            saved.in_push,
+            saved.push_failed,
+            saved.last_offset,
+            saved.counts,
+        )
         restarted.restore_partition(record.topic, record.partition, state, producers)
 
 

@@ -8,9 +8,10 @@ exactly the planted discrepancy is found.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+
 from kdiv.div.ledger import at_rest_crc
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
 from kdiv.div.wire import Kind
@@ -25,33 +26,46 @@ from kdiv.reconcile.topics import (
 )
 from kdiv.state.values import StateValues
 from kdiv.worker.live import LiveValidation
-
 from tests.streams import GUID_A, NOW, Log, corrupt_value
 
-KAFKA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-             "timestampType int, headers array<struct<key:string,value:binary>>")
+KAFKA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key:string,value:binary>>"
+)
 SCHEMA_ID = 3
 COMPACTED = "orders"
 PLAIN = "events"
 
 
 def kafka_rows(records):
-    return [(r.key, r.value, r.topic, r.partition, r.offset,
-             datetime.fromtimestamp(r.timestamp / 1000, timezone.utc), 0, [(n, v) for n, v in r.headers])
-            for r in records]
+    return [
+        (
+            r.key,
+            r.value,
+            r.topic,
+            r.partition,
+            r.offset,
+            datetime.fromtimestamp(r.timestamp / 1000, UTC),
+            0,
+            [(n, v) for n, v in r.headers],
+        )
+        for r in records
+    ]
 
 
 def validated_state(spark, records):
     """Changelog records of the state and ledger tables after validating `records`."""
     live = LiveValidation(
         DataIntegrityValidator(lambda t: TopicPolicy(compaction_lag_ms=0 if t == COMPACTED else None)),
-        StateValues(SCHEMA_ID), ledger_topics=frozenset({COMPACTED}))
+        StateValues(SCHEMA_ID),
+        ledger_topics=frozenset({COMPACTED}),
+    )
     changelog, offsets = [], {}
 
     def append(topic, key, value):
         offset = offsets.get(topic, 0)
         offsets[topic] = offset + 1
-        changelog.append((key, value, topic, 0, offset, datetime.fromtimestamp(NOW / 1000, timezone.utc), 0, []))
+        changelog.append((key, value, topic, 0, offset, datetime.fromtimestamp(NOW / 1000, UTC), 0, []))
 
     for topic in {r.topic for r in records}:
         live.load(topic, 0, [])
@@ -63,6 +77,7 @@ def validated_state(spark, records):
         for key, value in writes.in_order() if writes else ():
             append("app-state-p1-changelog", key, value)
     from kdiv.state.codec import STATE_SCHEMA_JSON
+
     return decoded_state(spark.createDataFrame(changelog, KAFKA_DDL), {SCHEMA_ID: STATE_SCHEMA_JSON})
 
 
@@ -81,10 +96,10 @@ def compacted_log():
     log.control(Kind.START_OF_SEGMENT, 0, 0)
     log.data(0, 1, key=b"a", value=b"a1")
     log.data(0, 2, key=b"b", value=b"b1")
-    log.data(0, 3, key=b"a", value=b"a2")        # supersedes offset 1
+    log.data(0, 3, key=b"a", value=b"a2")  # supersedes offset 1
     log.data(0, 4, key=b"c", value=b"c1")
-    log.add(b"b", None, ())                      # tombstone for b, unstamped
-    log.data(0, 5, key=b"d\xff", value=b"d1")    # non-UTF-8 key
+    log.add(b"b", None, ())  # tombstone for b, unstamped
+    log.data(0, 5, key=b"d\xff", value=b"d1")  # non-UTF-8 key
     return log.records
 
 
@@ -110,6 +125,7 @@ def test_spark_at_rest_crc_is_the_ledger_crc(spark):
     rows = [(b"k", b"v"), (None, b"v"), (b"k", None), (None, None), (b"", b""), (bytes(range(256)), b"x" * 70000)]
     df = spark.createDataFrame(rows, "key binary, value binary")
     from kdiv.reconcile.topics import at_rest_crc as spark_crc
+
     got = [r[0] for r in df.select(spark_crc(df.key, df.value)).collect()]
     assert got == [at_rest_crc(k, v) for k, v in rows]
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
+
 from kdiv.config.settings import RegistrySettings
 from kdiv.div.wire import HEADER_NAME, Kind, unpack_common
 from kdiv.kafka.consume import read_snapshot
@@ -28,7 +29,6 @@ from kdiv.reconcile.job import Reconciliation, parse_args, settings_from
 from kdiv.registry.client import SchemaRegistry
 from kdiv.state.framing import frame, unframe
 from kdiv.writer import DivWriter
-
 from tests.test_schema_subjects import earlier_release_schema
 from tests.workerproc import WorkerProcess, read_table, wait_until_caught_up
 
@@ -61,14 +61,35 @@ async def rewrite(bootstrap: str, topic: str, partitions: int, records: list, co
         await admin.close()
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "max.in.flight": 1})
     for record in records:
-        producer.produce(topic, value=record.value, key=record.key, partition=record.partition,
-                         headers=[(n, v) for n, v in record.headers], timestamp=record.timestamp)
+        producer.produce(
+            topic,
+            value=record.value,
+            key=record.key,
+            partition=record.partition,
+            headers=[(n, v) for n, v in record.headers],
+            timestamp=record.timestamp,
+        )
     assert producer.flush(30) == 0
 
 
 def reconcile_in_process(spark, bootstrap, registry_url, app_id, topics, out: Path, *extra: str):
-    args = parse_args(["--bootstrap", bootstrap, "--app-id", app_id, "--topics", ",".join(topics),
-                       "--registry-url", registry_url, "--out", str(out), "--kafka-source", "python", *extra])
+    args = parse_args(
+        [
+            "--bootstrap",
+            bootstrap,
+            "--app-id",
+            app_id,
+            "--topics",
+            ",".join(topics),
+            "--registry-url",
+            registry_url,
+            "--out",
+            str(out),
+            "--kafka-source",
+            "python",
+            *extra,
+        ]
+    )
     lines = []
     code, report = Reconciliation(args, settings_from(args, {}), spark, lambda m, err=False: lines.append(m)).run()
     return code, report, lines
@@ -129,12 +150,21 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     latest0 = {r.key: r for r in data0}
     corrupt = next(r for r in reversed(data0) if latest0[r.key] is r)
     superseded = next(r for r in data0 if latest0[r.key] is not r)
-    planted0 = [replace(r, value=b"X" + r.value[1:]) if r is corrupt else
-                replace(r, key=b"never-seen", value=b"?", headers=()) if r is superseded else r for r in p0]
+    planted0 = [
+        replace(r, value=b"X" + r.value[1:])
+        if r is corrupt
+        else replace(r, key=b"never-seen", value=b"?", headers=())
+        if r is superseded
+        else r
+        for r in p0
+    ]
     kept1, dropped1 = p1[:-3], p1[-3:]
     latest1 = {r.key: r for r in p1 if kind_of(r) in (None, Kind.DATA)}
-    lost = {(r.key, r.offset) for r in dropped1 if latest1.get(r.key) is r
-            and not (r.value is None and all(k.key != r.key for k in kept1))}
+    lost = {
+        (r.key, r.offset)
+        for r in dropped1
+        if latest1.get(r.key) is r and not (r.value is None and all(k.key != r.key for k in kept1))
+    }
     assert lost, "the dropped tail holds a key's latest record"
     await rewrite(bootstrap, orders, 2, planted0 + kept1, compact)
     event_records = await read_all(bootstrap, events)
@@ -144,22 +174,38 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     # id the registry never gave.
     registry = SchemaRegistry(RegistrySettings(url=registry_url))
     try:
-        foreign_id = await registry.register(f"other-{run}-state-p1-changelog-value", earlier_release_schema(f"other-{run}"))
+        foreign_id = await registry.register(
+            f"other-{run}-state-p1-changelog-value", earlier_release_schema(f"other-{run}")
+        )
     finally:
         await registry.close()
     changelog = f"{app_id}-state-p1-changelog"
     table = await read_table(bootstrap, app_id, 1)
     partition_key = f"p|{events}|0".encode()
     producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(changelog, key=partition_key, value=frame(foreign_id, unframe(table[partition_key])[1]), partition=0)
+    producer.produce(
+        changelog, key=partition_key, value=frame(foreign_id, unframe(table[partition_key])[1]), partition=0
+    )
     producer.produce(changelog, key=b"p|ghost|0", value=frame(987654, b"\x00"), partition=0)
     assert producer.flush(30) == 0
     changelog_records = await read_all(bootstrap, changelog)
     mismatch_offset, unknown_offset = changelog_records[-2].offset, changelog_records[-1].offset
 
     out = tmp_path / "planted"
-    command = [str(Path(sys.executable).with_name("kdiv")), "reconcile", "--bootstrap", bootstrap, "--app-id", app_id,
-               "--topics", f"{orders},{events}", "--registry-url", registry_url, "--out", str(out)]
+    command = [
+        str(Path(sys.executable).with_name("kdiv")),
+        "reconcile",
+        "--bootstrap",
+        bootstrap,
+        "--app-id",
+        app_id,
+        "--topics",
+        f"{orders},{events}",
+        "--registry-url",
+        registry_url,
+        "--out",
+        str(out),
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 1, completed.stdout + completed.stderr
     report = next(out.iterdir())
@@ -181,29 +227,69 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     assert "kdiv_reconcile_status 1.0" in (report / "kdiv_reconcile.prom").read_text()
 
     # The same snapshot again (in process): the same findings and summary.
-    code, again, _ = reconcile_in_process(spark, bootstrap, registry_url, app_id, [orders, events], tmp_path / "again",
-                                          "--snapshot", str(report / "snapshot.json"))
+    code, again, _ = reconcile_in_process(
+        spark,
+        bootstrap,
+        registry_url,
+        app_id,
+        [orders, events],
+        tmp_path / "again",
+        "--snapshot",
+        str(report / "snapshot.json"),
+    )
     assert code == 1 and again.name == report.name
     assert found_in(spark, again) == expected
     assert without_timing(json.loads((again / "summary.json").read_text())) == without_timing(summary)
 
     # Subjects from the registry's own log instead of its REST API: the same verdicts.
-    code, replayed, _ = reconcile_in_process(spark, bootstrap, "http://127.0.0.1:1", app_id, [orders, events],
-                                             tmp_path / "replayed", "--snapshot", str(report / "snapshot.json"),
-                                             "--schemas-topic", "_schemas")
+    code, replayed, _ = reconcile_in_process(
+        spark,
+        bootstrap,
+        "http://127.0.0.1:1",
+        app_id,
+        [orders, events],
+        tmp_path / "replayed",
+        "--snapshot",
+        str(report / "snapshot.json"),
+        "--schemas-topic",
+        "_schemas",
+    )
     assert code == 1 and found_in(spark, replayed) == expected
 
     # --repair says what it registers, registers it, and the mismatch is gone.
-    code, repaired, lines = reconcile_in_process(spark, bootstrap, registry_url, app_id, [orders, events],
-                                                 tmp_path / "repair", "--snapshot", str(report / "snapshot.json"),
-                                                 "--repair")
+    code, repaired, lines = reconcile_in_process(
+        spark,
+        bootstrap,
+        registry_url,
+        app_id,
+        [orders, events],
+        tmp_path / "repair",
+        "--snapshot",
+        str(report / "snapshot.json"),
+        "--repair",
+    )
     subject = f"{changelog}-value"
     assert f"repair plan: register schema id {foreign_id} under {subject}" in lines
     assert lines.index(f"repair plan: register schema id {foreign_id} under {subject}") < lines.index(
-        f"registering schema id {foreign_id} under {subject}")
-    code, after, _ = reconcile_in_process(spark, bootstrap, registry_url, app_id, [orders, events], tmp_path / "after",
-                                          "--snapshot", str(report / "snapshot.json"))
-    assert {f[0] for f in found_in(spark, after)} == {"DIVERGED", "UNVALIDATED", "LOST", "SEQUENCE_BEHIND", "SCHEMA_UNKNOWN"}
+        f"registering schema id {foreign_id} under {subject}"
+    )
+    code, after, _ = reconcile_in_process(
+        spark,
+        bootstrap,
+        registry_url,
+        app_id,
+        [orders, events],
+        tmp_path / "after",
+        "--snapshot",
+        str(report / "snapshot.json"),
+    )
+    assert {f[0] for f in found_in(spark, after)} == {
+        "DIVERGED",
+        "UNVALIDATED",
+        "LOST",
+        "SEQUENCE_BEHIND",
+        "SCHEMA_UNKNOWN",
+    }
 
 
 async def test_unreachable_broker_is_a_failure_report(spark, tmp_path):

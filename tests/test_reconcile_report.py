@@ -12,6 +12,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import DataFrame, SparkSession
+
 from kdiv.reconcile import prometheus, report
 from kdiv.reconcile.findings import (
     CLASSES,
@@ -25,8 +28,6 @@ from kdiv.reconcile.findings import (
     UNREADABLE,
     UNVALIDATED,
 )
-from prometheus_client.parser import text_string_to_metric_families
-from pyspark.sql import DataFrame, SparkSession
 
 T0 = 1_714_560_000_000  # 2024-05-01 10:40:00 UTC
 MINUTE_MS = 60_000
@@ -63,40 +64,103 @@ def report_spark() -> Iterator[SparkSession]:
             session.stop()
 
 
-def finding(cls: str, topic: str, partition: int, offset: int, *, key: bytes | None = None,
-            producer: str | None = None, segment: int | None = None, seq: int | None = None,
-            timestamp_ms: int = -1, count: int = 1, schema_id: int | None = None,
-            expected_subject: str | None = None, registered_subjects: list[str] | None = None,
-            detail: str = "") -> tuple:
+def finding(
+    cls: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    key: bytes | None = None,
+    producer: str | None = None,
+    segment: int | None = None,
+    seq: int | None = None,
+    timestamp_ms: int = -1,
+    count: int = 1,
+    schema_id: int | None = None,
+    expected_subject: str | None = None,
+    registered_subjects: list[str] | None = None,
+    detail: str = "",
+) -> tuple:
     values = {
-        "class": cls, "topic": topic, "partition": partition, "offset": offset, "key": key,
-        "producer": producer, "segment": segment, "seq": seq, "timestamp_ms": timestamp_ms, "count": count,
-        "schema_id": schema_id, "expected_subject": expected_subject,
-        "registered_subjects": registered_subjects, "detail": detail,
+        "class": cls,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "key": key,
+        "producer": producer,
+        "segment": segment,
+        "seq": seq,
+        "timestamp_ms": timestamp_ms,
+        "count": count,
+        "schema_id": schema_id,
+        "expected_subject": expected_subject,
+        "registered_subjects": registered_subjects,
+        "detail": detail,
     }
     return tuple(values[name] for name in FINDING_FIELDS)
 
 
 PLANTED = [
     finding(LOST, "orders", 0, 10, key=b"order-1", timestamp_ms=T0, detail=SCRIPT_DETAIL),
-    finding(LOST, "orders", 0, 11, key=NON_UTF8_KEY, timestamp_ms=T0 + 5 * MINUTE_MS,
-            detail="validated at offset 11; the key is gone"),
+    finding(
+        LOST,
+        "orders",
+        0,
+        11,
+        key=NON_UTF8_KEY,
+        timestamp_ms=T0 + 5 * MINUTE_MS,
+        detail="validated at offset 11; the key is gone",
+    ),
     finding(LOST, "orders", 1, 3, key=b"order-<3>", timestamp_ms=T0 + 120 * MINUTE_MS, detail="gone"),
     finding(LOST, "payments", 2, 1, key=b"pay-1", timestamp_ms=T0 + 240 * MINUTE_MS, detail="gone"),
     finding(UNVALIDATED, "orders", 2, 40, key=b"order-9", detail="never validated, no record time"),
     finding(UNVALIDATED, "payments", 0, 7, key=b"pay-7", timestamp_ms=T0 + 30 * MINUTE_MS, detail="never validated"),
     finding(UNVALIDATED, "payments", 1, 8, key=b"pay-8", timestamp_ms=T0 + 30 * MINUTE_MS, detail="never validated"),
-    finding(DIVERGED, "orders", 1, 7, key=LONG_KEY, producer="0a1b", segment=2, seq=9,
-            timestamp_ms=T0 + 60 * MINUTE_MS, detail="CRC32 differs"),
-    finding(SEQUENCE_BEHIND, "payments", 0, 99, producer="ab12", segment=3, seq=17,
-            detail="the table holds segment 3 seq 17"),
-    finding(SUBJECT_MISMATCH, "payments", 0, 5, schema_id=7, expected_subject="payments-store-changelog-value",
-            registered_subjects=["other-value"], count=12, timestamp_ms=T0 + 90 * MINUTE_MS,
-            detail="schema 7 registered under other-value"),
+    finding(
+        DIVERGED,
+        "orders",
+        1,
+        7,
+        key=LONG_KEY,
+        producer="0a1b",
+        segment=2,
+        seq=9,
+        timestamp_ms=T0 + 60 * MINUTE_MS,
+        detail="CRC32 differs",
+    ),
+    finding(
+        SEQUENCE_BEHIND,
+        "payments",
+        0,
+        99,
+        producer="ab12",
+        segment=3,
+        seq=17,
+        detail="the table holds segment 3 seq 17",
+    ),
+    finding(
+        SUBJECT_MISMATCH,
+        "payments",
+        0,
+        5,
+        schema_id=7,
+        expected_subject="payments-store-changelog-value",
+        registered_subjects=["other-value"],
+        count=12,
+        timestamp_ms=T0 + 90 * MINUTE_MS,
+        detail="schema 7 registered under other-value",
+    ),
     finding(SCHEMA_UNKNOWN, "payments", 1, 6, schema_id=99, count=3, detail="schema 99 unknown"),
 ]
-PLANTED_COUNTS = {LOST: 4, UNVALIDATED: 3, DIVERGED: 1, SEQUENCE_BEHIND: 1, SUBJECT_MISMATCH: 1,
-                  SCHEMA_UNKNOWN: 1, UNREADABLE: 0}
+PLANTED_COUNTS = {
+    LOST: 4,
+    UNVALIDATED: 3,
+    DIVERGED: 1,
+    SEQUENCE_BEHIND: 1,
+    SUBJECT_MISMATCH: 1,
+    SCHEMA_UNKNOWN: 1,
+    UNREADABLE: 0,
+}
 PLANTED_RECORDS = {**PLANTED_COUNTS, SUBJECT_MISMATCH: 12, SCHEMA_UNKNOWN: 3}
 PLANTED_UNTIMED = 3
 ZEROS = dict.fromkeys(CLASSES, 0)
@@ -193,7 +257,7 @@ class _Page(HTMLParser):
 
 def table_dicts(page: _Page, table_id: str) -> list[dict[str, str]]:
     header, *rows = page.tables[table_id]
-    return [dict(zip(header, row)) for row in rows]
+    return [dict(zip(header, row, strict=False)) for row in rows]
 
 
 def as_int(cell: str) -> int:
@@ -220,8 +284,9 @@ def test_summary_json_has_sorted_keys_and_indent(written: report.ReportFiles) ->
     assert text == json.dumps(json.loads(text), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def test_a_status_that_contradicts_the_findings_is_refused(planted: DataFrame, report_spark: SparkSession,
-                                                           tmp_path: Path) -> None:
+def test_a_status_that_contradicts_the_findings_is_refused(
+    planted: DataFrame, report_spark: SparkSession, tmp_path: Path
+) -> None:
     with pytest.raises(ValueError, match="contradicts"):
         report.write_report(planted, None, run_summary(status="clean"), tmp_path / "a")
     empty = report_spark.createDataFrame([], FINDINGS_SCHEMA)
@@ -233,16 +298,18 @@ def test_a_status_that_contradicts_the_findings_is_refused(planted: DataFrame, r
 # --- Parquet -----------------------------------------------------------------------------------
 
 
-def test_discrepancies_parquet_reads_back_as_the_planted_rows(written: report.ReportFiles,
-                                                              report_spark: SparkSession) -> None:
+def test_discrepancies_parquet_reads_back_as_the_planted_rows(
+    written: report.ReportFiles, report_spark: SparkSession
+) -> None:
     back = report_spark.read.schema(FINDINGS_SCHEMA).parquet(str(written.discrepancies)).select(*FINDING_FIELDS)
     rows = [tuple(bytes(v) if isinstance(v, bytearray) else v for v in row) for row in back.collect()]
     assert sorted(rows, key=repr) == sorted(PLANTED, key=repr)
 
 
 def test_discrepancies_are_laid_out_by_topic_then_class(written: report.ReportFiles) -> None:
-    leaves = {path.parent.relative_to(written.discrepancies).as_posix()
-              for path in written.discrepancies.rglob("*.parquet")}
+    leaves = {
+        path.parent.relative_to(written.discrepancies).as_posix() for path in written.discrepancies.rglob("*.parquet")
+    }
     planted_pairs = {f"topic={row[1]}/class={row[0]}" for row in PLANTED}
     assert leaves == planted_pairs
     # One file per (topic, class): each directory holds its findings in one sorted file.
@@ -261,8 +328,11 @@ def test_sequences_parquet_reads_back(written: report.ReportFiles, report_spark:
 def test_html_is_self_contained(written: report.ReportFiles) -> None:
     text = written.report_html.read_text(encoding="utf-8")
     page = _Page(text)
-    fetched = [(tag, name, value) for tag, name, value in page.attributes
-               if name in ("src", "href", "xlink:href", "action", "data", "poster")]
+    fetched = [
+        (tag, name, value)
+        for tag, name, value in page.attributes
+        if name in ("src", "href", "xlink:href", "action", "data", "poster")
+    ]
     assert all(value is not None and not re.match(r"\s*(https?:)?//", value, re.I) for _, _, value in fetched), fetched
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
     assert "<script" not in text.lower()
@@ -321,13 +391,18 @@ def test_html_lists_sequences_behind_first(written: report.ReportFiles) -> None:
     page = _Page(written.report_html.read_text(encoding="utf-8"))
     rows = table_dicts(page, "sequences")
     assert [(row["Producer"], row["Behind"]) for row in rows] == [
-        ("gh78", "behind"), ("ab12", "behind"), ("cd34", "no"), ("ef56", "no")]
+        ("gh78", "behind"),
+        ("ab12", "behind"),
+        ("cd34", "no"),
+        ("ef56", "no"),
+    ]
     assert page.row_classes["sequences"][1:] == ["behind", "behind", "", ""]
     assert rows[0]["Topic segment"] == "—"
 
 
-def test_rerun_writes_identical_bytes(planted: DataFrame, sequences: DataFrame, report_spark: SparkSession,
-                                      written: report.ReportFiles, tmp_path: Path) -> None:
+def test_rerun_writes_identical_bytes(
+    planted: DataFrame, sequences: DataFrame, report_spark: SparkSession, written: report.ReportFiles, tmp_path: Path
+) -> None:
     first = report.write_report(planted, sequences, run_summary(), tmp_path / "run")
     again = report.write_report(planted, sequences, run_summary(), tmp_path / "run")
     # The same findings in another order and partitioning must not change a byte either.
@@ -339,8 +414,9 @@ def test_rerun_writes_identical_bytes(planted: DataFrame, sequences: DataFrame, 
             assert (files.summary_json.parent / name).read_bytes() == expected, name
 
 
-def test_clean_report_says_so_without_plots(planted: DataFrame, sequences: DataFrame, report_spark: SparkSession,
-                                            tmp_path: Path) -> None:
+def test_clean_report_says_so_without_plots(
+    planted: DataFrame, sequences: DataFrame, report_spark: SparkSession, tmp_path: Path
+) -> None:
     out_dir = tmp_path / "out"
     report.write_report(planted, sequences, run_summary(), out_dir)
     empty = report_spark.createDataFrame([], FINDINGS_SCHEMA)
@@ -349,7 +425,7 @@ def test_clean_report_says_so_without_plots(planted: DataFrame, sequences: DataF
     summary = json.loads(files.summary_json.read_text(encoding="utf-8"))
     assert summary["status"] == "clean"
     assert summary["counts"] == ZEROS
-    assert summary["by_topic"] == {topic: ZEROS for topic in PLANTED_BY_TOPIC}
+    assert summary["by_topic"] == dict.fromkeys(PLANTED_BY_TOPIC, ZEROS)
     text = files.report_html.read_text(encoding="utf-8")
     page = _Page(text)
     assert page.h1() == "Clean: no discrepancies"
@@ -372,8 +448,14 @@ def test_every_class_has_a_meaning_and_a_colour() -> None:
 
 
 def failed_summary() -> dict:
-    return {"status": "failed", "exit_code": 2, "error": "KafkaError: <broker> unreachable & gave up",
-            "topics": ["orders"], "finished_at_ms": T0 + 10_000, "duration_s": 10.0}
+    return {
+        "status": "failed",
+        "exit_code": 2,
+        "error": "KafkaError: <broker> unreachable & gave up",
+        "topics": ["orders"],
+        "finished_at_ms": T0 + 10_000,
+        "duration_s": 10.0,
+    }
 
 
 def test_failure_report_names_the_error(tmp_path: Path, planted: DataFrame, sequences: DataFrame) -> None:
@@ -394,8 +476,11 @@ def test_failure_report_names_the_error(tmp_path: Path, planted: DataFrame, sequ
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def test_textfile_gauges_carry_the_summary(written: report.ReportFiles, tmp_path: Path) -> None:
@@ -410,10 +495,14 @@ def test_textfile_gauges_carry_the_summary(written: report.ReportFiles, tmp_path
     assert got[("kdiv_reconcile_snapshot_timestamp_seconds", ())] == summary["snapshot"]["taken_at_ms"] / 1000
     for topic, records in summary["records_read"].items():
         assert got[("kdiv_reconcile_records_read", (("topic", topic),))] == records
-    discrepancies = {dict(labels)["topic"] + "/" + dict(labels)["class"]: value
-                     for (name, labels), value in got.items() if name == "kdiv_reconcile_discrepancies"}
-    assert discrepancies == {f"{topic}/{cls}": n for topic, per_class in PLANTED_BY_TOPIC.items()
-                             for cls, n in per_class.items()}
+    discrepancies = {
+        dict(labels)["topic"] + "/" + dict(labels)["class"]: value
+        for (name, labels), value in got.items()
+        if name == "kdiv_reconcile_discrepancies"
+    }
+    assert discrepancies == {
+        f"{topic}/{cls}": n for topic, per_class in PLANTED_BY_TOPIC.items() for cls, n in per_class.items()
+    }
 
 
 def test_failed_run_gauges(tmp_path: Path) -> None:
@@ -424,8 +513,9 @@ def test_failed_run_gauges(tmp_path: Path) -> None:
     assert got[("kdiv_reconcile_status", ())] == 2
     assert got[("kdiv_reconcile_duration_seconds", ())] == 10.0
     # Unknown, not zero: a failed run claims no discrepancy count and no snapshot.
-    assert not [key for key in got if key[0] in ("kdiv_reconcile_discrepancies",
-                                                  "kdiv_reconcile_snapshot_timestamp_seconds")]
+    assert not [
+        key for key in got if key[0] in ("kdiv_reconcile_discrepancies", "kdiv_reconcile_snapshot_timestamp_seconds")
+    ]
 
 
 def test_unknown_status_is_refused() -> None:

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from aiohttp import web
+
 from kdiv.config.settings import RegistrySettings
 from kdiv.dev.registry.process import DevRegistryProcess, free_port
 from kdiv.kafka.consume import read_snapshot
@@ -117,7 +118,13 @@ def test_the_dev_registry_log_is_confluents_format_and_survives_a_restart(bootst
     ]
     # Compact JSON in Confluent's key order, as a real registry writes and reads it.
     assert records[0][0] == b'{"keytype":"SCHEMA","subject":"a-value","version":1,"magic":1}'
-    assert json.loads(records[1][1]) == {"subject": "b-value", "version": 1, "id": ids[0], "schema": schema, "deleted": False}
+    assert json.loads(records[1][1]) == {
+        "subject": "b-value",
+        "version": 1,
+        "id": ids[0],
+        "schema": schema,
+        "deleted": False,
+    }
 
     with DevRegistryProcess(bootstrap, topic=topic) as second:
         later = record_schema(unique("Later"), ("id", "long"))
@@ -223,7 +230,9 @@ async def test_an_unreachable_registry_is_unavailable():
 
 async def test_lookups_degrade_to_unchecked_and_back_off(bad_registry):
     now = [1000.0]
-    lookups = SchemaLookups(SchemaRegistry(RegistrySettings(url=bad_registry)), clock=lambda: now[0], timeout_s=0.3, backoff_s=5.0)
+    lookups = SchemaLookups(
+        SchemaRegistry(RegistrySettings(url=bad_registry)), clock=lambda: now[0], timeout_s=0.3, backoff_s=5.0
+    )
     try:
         started = time.monotonic()
         assert await lookups.verdict(3, "orders", "topic", is_key=False) == UNCHECKED

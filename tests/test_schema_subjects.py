@@ -19,12 +19,12 @@ import uuid
 import aiohttp
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
 from kdiv.config.settings import RegistrySettings
 from kdiv.registry.client import SchemaRegistry
 from kdiv.state.codec import STATE_SCHEMA_JSON
 from kdiv.state.framing import frame, unframe
 from kdiv.writer import DivWriter
-
 from tests.workerproc import (
     WorkerProcess,
     free_port,
@@ -59,23 +59,26 @@ async def renamed_application(bootstrap: str, registry_url: str, old_app: str, n
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(f"{new_app}-state-p1-changelog", 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        await admin.create_topics(
+            [NewTopic(f"{new_app}-state-p1-changelog", 1, 1, topic_configs={"cleanup.policy": "compact"})]
+        )
     finally:
         await admin.close()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
         for key, value in table.items():
-            await producer.send_and_wait(f"{new_app}-state-p1-changelog", frame(old_id, unframe(value)[1]), key=key, partition=0)
+            await producer.send_and_wait(
+                f"{new_app}-state-p1-changelog", frame(old_id, unframe(value)[1]), key=key, partition=0
+            )
     finally:
         await producer.stop()
     return old_id
 
 
 async def health(worker: WorkerProcess) -> dict:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{worker.url}/health") as response:
-            return await response.json()
+    async with aiohttp.ClientSession() as session, session.get(f"{worker.url}/health") as response:
+        return await response.json()
 
 
 async def wait_for(predicate, timeout: float = 30.0, every: float = 0.5):
@@ -114,11 +117,20 @@ async def renamed_after_a_run(bootstrap, registry_url, topic, tmp_path) -> tuple
     return topic, old_app, new_app, await renamed_application(bootstrap, registry_url, old_app, new_app)
 
 
-async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_it(bootstrap, registry_url, topic_factory, tmp_path):
+async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_it(
+    bootstrap, registry_url, topic_factory, tmp_path
+):
     topic, old_app, new_app, old_id = await renamed_after_a_run(bootstrap, registry_url, topic_factory(1), tmp_path)
 
-    new = WorkerProcess("new", bootstrap=bootstrap, topics=[topic], app_id=new_app, workdir=tmp_path,
-                        web_port=free_port(), env={"KDIV_SCHEMA_RECHECK_S": "1"})
+    new = WorkerProcess(
+        "new",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=new_app,
+        workdir=tmp_path,
+        web_port=free_port(),
+        env={"KDIV_SCHEMA_RECHECK_S": "1"},
+    )
     changelog = f"{new_app}-state-p1-changelog"
     try:
         new.start()
@@ -178,10 +190,19 @@ async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_i
         new.terminate()
 
 
-async def test_auto_repair_registers_the_state_schema_under_the_restoring_subject(bootstrap, registry_url, topic_factory, tmp_path):
+async def test_auto_repair_registers_the_state_schema_under_the_restoring_subject(
+    bootstrap, registry_url, topic_factory, tmp_path
+):
     topic, old_app, new_app, old_id = await renamed_after_a_run(bootstrap, registry_url, topic_factory(1), tmp_path)
-    new = WorkerProcess("new", bootstrap=bootstrap, topics=[topic], app_id=new_app, workdir=tmp_path,
-                        web_port=free_port(), env={"KDIV_SCHEMA_AUTO_REPAIR": "true", "KDIV_SCHEMA_RECHECK_S": "1"})
+    new = WorkerProcess(
+        "new",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=new_app,
+        workdir=tmp_path,
+        web_port=free_port(),
+        env={"KDIV_SCHEMA_AUTO_REPAIR": "true", "KDIV_SCHEMA_RECHECK_S": "1"},
+    )
     try:
         new.start()
         await new.wait_ready()
@@ -215,8 +236,9 @@ async def test_watched_records_with_unknown_or_misplaced_schema_ids(bootstrap, r
         await registry.close()
     unknown = 2_000_000_000
     app_id = f"w{uuid.uuid4().hex[:8]}"
-    worker = WorkerProcess("watch", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path,
-                           env={"KDIV_SCHEMA_TOPICS": topic})
+    worker = WorkerProcess(
+        "watch", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, env={"KDIV_SCHEMA_TOPICS": topic}
+    )
     writer = await DivWriter.start(bootstrap)
     try:
         worker.start()

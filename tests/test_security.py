@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
 from kdiv import writer
 from kdiv.cli import main as kdiv
 from kdiv.config.security import KafkaSecurity
@@ -87,10 +88,16 @@ def test_tls_with_ca_only(pki):
 
 
 def test_mutual_tls_with_an_encrypted_key_and_no_hostname_check(pki):
-    security = KafkaSecurity.from_env(env_of(
-        security_protocol="SSL", ssl_ca=pki["ca"], ssl_cert=pki["client_cert"], ssl_key=pki["client_key_enc"],
-        ssl_key_password="s3cret-key-pass", ssl_check_hostname="false",
-    ))
+    security = KafkaSecurity.from_env(
+        env_of(
+            security_protocol="SSL",
+            ssl_ca=pki["ca"],
+            ssl_cert=pki["client_cert"],
+            ssl_key=pki["client_key_enc"],
+            ssl_key_password="s3cret-key-pass",
+            ssl_check_hostname="false",
+        )
+    )
     context = security.ssl_context()
     assert context.verify_mode == ssl.CERT_REQUIRED and not context.check_hostname
     assert security.librdkafka_config() == {
@@ -107,9 +114,14 @@ def test_mutual_tls_with_an_encrypted_key_and_no_hostname_check(pki):
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_sasl_plaintext_each_mechanism(mechanism):
-    security = KafkaSecurity.from_env(env_of(
-        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism, sasl_username="kdiv", sasl_password="pw-123",
-    ))
+    security = KafkaSecurity.from_env(
+        env_of(
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_username="kdiv",
+            sasl_password="pw-123",
+        )
+    )
     assert security.aiokafka_kwargs() == {
         "security_protocol": "SASL_PLAINTEXT",
         "sasl_mechanism": mechanism,
@@ -129,10 +141,15 @@ def test_sasl_plaintext_each_mechanism(mechanism):
 
 
 def test_sasl_over_tls(pki):
-    security = KafkaSecurity.from_env(env_of(
-        security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="kdiv", sasl_password="pw",
-        ssl_ca=pki["ca"],
-    ))
+    security = KafkaSecurity.from_env(
+        env_of(
+            security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_username="kdiv",
+            sasl_password="pw",
+            ssl_ca=pki["ca"],
+        )
+    )
     assert security.sasl_mechanism == "SCRAM-SHA-512"  # not the PLAIN default
     kwargs = security.aiokafka_kwargs()
     assert kwargs["security_protocol"] == "SASL_SSL" and isinstance(kwargs["ssl_context"], ssl.SSLContext)
@@ -147,24 +164,53 @@ def test_sasl_over_tls(pki):
         ({"security_protocol": "TLS"}, r"KDIV_SECURITY_PROTOCOL='TLS' is not one of"),
         ({"security_protocol": "SASL_PLAINTEXT"}, "KDIV_SASL_USERNAME and KDIV_SASL_PASSWORD"),
         ({"security_protocol": "SASL_SSL", "sasl_username": "u"}, "KDIV_SASL_USERNAME and KDIV_SASL_PASSWORD"),
-        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI", "sasl_username": "u",
-          "sasl_password": "p"}, "KDIV_SASL_MECHANISM='GSSAPI' is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+        (
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "GSSAPI",
+                "sasl_username": "u",
+                "sasl_password": "p",
+            },
+            "KDIV_SASL_MECHANISM='GSSAPI' is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        ),
         ({"security_protocol": "SSL", "ssl_ca": "/no/such/ca.pem"}, "KDIV_SSL_CA=/no/such/ca.pem: no such file"),
         ({"security_protocol": "SSL", "ssl_key": "/no/such/key.pem"}, "KDIV_SSL_KEY=/no/such/key.pem: no such file"),
         ({"security_protocol": "SSL", "ssl_cert": "{client_cert}"}, "KDIV_SSL_CERT is set without KDIV_SSL_KEY"),
         ({"security_protocol": "SSL", "ssl_key": "{client_key}"}, "KDIV_SSL_KEY is set without KDIV_SSL_CERT"),
         ({"security_protocol": "SSL", "ssl_key_password": "x"}, "KDIV_SSL_KEY_PASSWORD is set without KDIV_SSL_KEY"),
         ({"security_protocol": "SSL", "ssl_ca": "{not_pem}"}, r"cannot load the TLS files \(KDIV_SSL_CA="),
-        ({"security_protocol": "SSL", "ssl_cert": "{client_cert}", "ssl_key": "{client_key_enc}",
-          "ssl_key_password": "wrong"}, "cannot load the TLS files .*KDIV_SSL_KEY="),
+        (
+            {
+                "security_protocol": "SSL",
+                "ssl_cert": "{client_cert}",
+                "ssl_key": "{client_key_enc}",
+                "ssl_key_password": "wrong",
+            },
+            "cannot load the TLS files .*KDIV_SSL_KEY=",
+        ),
         # Contradictions: a setting the protocol would ignore.
-        ({"sasl_username": "u", "sasl_password": "p"},
-         "KDIV_SASL_USERNAME, KDIV_SASL_PASSWORD set, but KDIV_SECURITY_PROTOCOL=PLAINTEXT does not use SASL"),
+        (
+            {"sasl_username": "u", "sasl_password": "p"},
+            "KDIV_SASL_USERNAME, KDIV_SASL_PASSWORD set, but KDIV_SECURITY_PROTOCOL=PLAINTEXT does not use SASL",
+        ),
         ({"ssl_ca": "{ca}"}, "KDIV_SSL_CA set, but KDIV_SECURITY_PROTOCOL=PLAINTEXT does not use TLS"),
-        ({"security_protocol": "SSL", "sasl_mechanism": "PLAIN"}, "KDIV_SASL_MECHANISM set, but .*=SSL does not use SASL"),
-        ({"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u", "sasl_password": "p", "ssl_check_hostname": "false"},
-         "KDIV_SSL_CHECK_HOSTNAME set, but KDIV_SECURITY_PROTOCOL=SASL_PLAINTEXT does not use TLS"),
-        ({"security_protocol": "SSL", "ssl_check_hostname": "maybe"}, "KDIV_SSL_CHECK_HOSTNAME='maybe' is not a boolean"),
+        (
+            {"security_protocol": "SSL", "sasl_mechanism": "PLAIN"},
+            "KDIV_SASL_MECHANISM set, but .*=SSL does not use SASL",
+        ),
+        (
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_username": "u",
+                "sasl_password": "p",
+                "ssl_check_hostname": "false",
+            },
+            "KDIV_SSL_CHECK_HOSTNAME set, but KDIV_SECURITY_PROTOCOL=SASL_PLAINTEXT does not use TLS",
+        ),
+        (
+            {"security_protocol": "SSL", "ssl_check_hostname": "maybe"},
+            "KDIV_SSL_CHECK_HOSTNAME='maybe' is not a boolean",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable(pki, values, named):
@@ -199,7 +245,10 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
         "KDIV_TOPICS": "orders",
         "KDIV_DATA_DIR": str(tmp_path / "data"),
         **env_of(
-            security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_username="kdiv", sasl_password="pw",
+            security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_username="kdiv",
+            sasl_password="pw",
             ssl_ca=pki["ca"],
         ),
     }
@@ -223,7 +272,7 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
         "kdiv demo admin": demo_admin._client,
         "broker detection": detector,
     }
-    assert {name: _client_config(client) for name, client in built.items()} == {name: expected for name in built}
+    assert {name: _client_config(client) for name, client in built.items()} == dict.fromkeys(built, expected)
 
     # Faust: what its aiokafka driver hands its consumer, and its producer's own settings.
     assert isinstance(app.conf.broker_credentials, SASLCredentials)
@@ -231,7 +280,9 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
     for auth in (faust_consumer_auth, app.producer._settings_auth()):
         assert auth["security_protocol"] == "SASL_SSL"
         assert (auth["sasl_mechanism"], auth["sasl_plain_username"], auth["sasl_plain_password"]) == (
-            "SCRAM-SHA-256", "kdiv", "pw"
+            "SCRAM-SHA-256",
+            "kdiv",
+            "pw",
         )
         assert auth["ssl_context"].verify_mode == ssl.CERT_REQUIRED
     await producer.stop()
@@ -240,8 +291,13 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
 
 @pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
 def test_librdkafka_accepts_and_loads_the_derived_config(pki, protocol):
-    values = {"security_protocol": protocol, "ssl_ca": pki["ca"], "ssl_cert": pki["client_cert"],
-              "ssl_key": pki["client_key_enc"], "ssl_key_password": "s3cret-key-pass"}
+    values = {
+        "security_protocol": protocol,
+        "ssl_ca": pki["ca"],
+        "ssl_cert": pki["client_cert"],
+        "ssl_key": pki["client_key_enc"],
+        "ssl_key_password": "s3cret-key-pass",
+    }
     if protocol == "SASL_SSL":
         values.update(sasl_mechanism="SCRAM-SHA-512", sasl_username="kdiv", sasl_password="pw")
     config = KafkaSecurity.from_env(env_of(**values)).librdkafka_config()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from kdiv.config.settings import Settings, SettingsError
 
 
@@ -15,14 +16,16 @@ def test_defaults_and_values():
     assert settings.incidents == "kdiv-incidents"
     assert settings.processing_guarantee == "at_least_once"
 
-    settings = Settings.from_env({
-        "KDIV_TOPIC_PATTERN": r"orders\..*",
-        "KDIV_APP_ID": "audit",
-        "KDIV_COMPACTION_LAG_MS": "orders.eu=3600000, *=0",
-        "KDIV_PROCESSING_GUARANTEE": "exactly_once",
-        "KDIV_WEB_ENABLED": "false",
-        "KDIV_MAX_AGE_MS": "86400000",
-    })
+    settings = Settings.from_env(
+        {
+            "KDIV_TOPIC_PATTERN": r"orders\..*",
+            "KDIV_APP_ID": "audit",
+            "KDIV_COMPACTION_LAG_MS": "orders.eu=3600000, *=0",
+            "KDIV_PROCESSING_GUARANTEE": "exactly_once",
+            "KDIV_WEB_ENABLED": "false",
+            "KDIV_MAX_AGE_MS": "86400000",
+        }
+    )
     assert settings.topic_pattern == re.compile(r"orders\..*")
     assert settings.compaction_lag_ms == {"orders.eu": 3_600_000, "*": 0}
     assert settings.incidents == "audit-incidents"
@@ -53,8 +56,10 @@ def test_watches_names_or_pattern_never_kdiv_own_topics():
         ({"KDIV_TOPICS": "a", "KDIV_COMPACTION_LAG_MS": "orders=-1"}, "KDIV_COMPACTION_LAG_MS"),
         ({"KDIV_TOPICS": "a", "KDIV_WEB_ENABLED": "perhaps"}, "KDIV_WEB_ENABLED"),
         ({"KDIV_TOPICS": "a", "KDIV_SESSION_TIMEOUT_S": "0"}, "KDIV_SESSION_TIMEOUT_S"),
-        ({"KDIV_TOPICS": "a", "KDIV_SESSION_TIMEOUT_S": "1", "KDIV_HEARTBEAT_INTERVAL_S": "0.5"},
-         "KDIV_HEARTBEAT_INTERVAL_S"),
+        (
+            {"KDIV_TOPICS": "a", "KDIV_SESSION_TIMEOUT_S": "1", "KDIV_HEARTBEAT_INTERVAL_S": "0.5"},
+            "KDIV_HEARTBEAT_INTERVAL_S",
+        ),
         ({"KDIV_TOPICS": "a", "KDIV_MAX_AGE_MS": "-5"}, "KDIV_MAX_AGE_MS"),
     ],
 )

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.protocol.transaction import InitProducerIdRequest
+
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 
 pytestmark = pytest.mark.broker
@@ -78,20 +79,20 @@ async def test_idempotent_producer_sends(bootstrap, topic_factory, producer_ids)
     assert await read_values(bootstrap, topic, RECORDS) == expected_values("idempotent")
 
 
-async def test_transactional_producer_commits_for_read_committed_consumers(
-    bootstrap, topic_factory, producer_ids
-):
+async def test_transactional_producer_commits_for_read_committed_consumers(bootstrap, topic_factory, producer_ids):
     topic = topic_factory()
     transactional_id = f"kdiv-test-{uuid.uuid4().hex[:8]}"
 
-    async with started_producer(
-        bootstrap,
-        transactional_id=transactional_id,
-        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-    ) as producer:
-        async with producer.transaction():
-            for value in expected_values("committed"):
-                await producer.send(topic, value, partition=0)
+    async with (
+        started_producer(
+            bootstrap,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        ) as producer,
+        producer.transaction(),
+    ):
+        for value in expected_values("committed"):
+            await producer.send(topic, value, partition=0)
 
     values = await read_values(bootstrap, topic, RECORDS, isolation_level="read_committed")
     assert values == expected_values("committed")

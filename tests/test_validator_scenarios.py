@@ -1,11 +1,11 @@
 """Every scenario class of the DIV spec (§2-§5), stream and push, one behaviour per test."""
 
 import pytest
+
 from kdiv.div.faults import Verdict
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
 from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
-
 from tests.streams import (
     GUID_A,
     GUID_B,
@@ -229,7 +229,12 @@ def test_corrupt_record_inside_push_is_fatal_but_not_missing_next():
     sos, d1, d2, eos = segment_of(log, st, 2)
     v = validator(PUSH)
     got = [validate(v, r) for r in (sos, corrupt_value(d1), d2, eos)]
-    assert [(r.verdict.value, r.fatal) for r in got] == [("OK", False), ("CORRUPT", True), ("OK", False), ("CORRUPT", True)]
+    assert [(r.verdict.value, r.fatal) for r in got] == [
+        ("OK", False),
+        ("CORRUPT", True),
+        ("OK", False),
+        ("CORRUPT", True),
+    ]
 
 
 def test_corrupt_record_checked_in_unregistered_segments_too():

@@ -103,9 +103,7 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
             async with session.get(f"{w.url}/metrics") as response:
                 assert response.status == 200
                 text = await response.text()
-            counted += sum(
-                float(v) for v in re.findall(r'^kdiv_records_validated_total\{[^}]*\} (\S+)$', text, re.M)
-            )
+            counted += sum(float(v) for v in re.findall(r"^kdiv_records_validated_total\{[^}]*\} (\S+)$", text, re.M))
             assert "kdiv_recovery_in_progress 0.0" in text
         assert counted == records
         assert injected["loss"] >= 1 and expected.verdicts()["MISSING"] >= 1

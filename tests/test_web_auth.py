@@ -7,8 +7,8 @@ import uuid
 
 import aiohttp
 import pytest
-from kdiv.config.settings import Settings, SettingsError
 
+from kdiv.config.settings import Settings, SettingsError
 from tests.workerproc import (
     WorkerProcess,
     free_port,
@@ -28,7 +28,9 @@ TOKEN = "kdiv-test-token-" + uuid.uuid4().hex
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "kdiv-worker-1"])
 def test_a_reachable_address_needs_a_token_or_an_explicit_opt_out(host):
     env = {"KDIV_TOPICS": "t", "KDIV_WEB_HOST": host}
-    with pytest.raises(SettingsError, match="KDIV_WEB_HOST=.* KDIV_WEB_TOKEN is not set.*KDIV_WEB_ALLOW_UNAUTHENTICATED"):
+    with pytest.raises(
+        SettingsError, match="KDIV_WEB_HOST=.* KDIV_WEB_TOKEN is not set.*KDIV_WEB_ALLOW_UNAUTHENTICATED"
+    ):
         Settings.from_env(env)
     assert Settings.from_env({**env, "KDIV_WEB_TOKEN": TOKEN}).web_token == TOKEN
     assert Settings.from_env({**env, "KDIV_WEB_ALLOW_UNAUTHENTICATED": "true"}).web_allow_unauthenticated
@@ -61,7 +63,12 @@ async def two_workers(bootstrap, topic_factory, tmp_path):
     app_id = f"auth-{uuid.uuid4().hex[:8]}"
     workers = [
         WorkerProcess(
-            name, bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, web_port=free_port(),
+            name,
+            bootstrap=bootstrap,
+            topics=[topic],
+            app_id=app_id,
+            workdir=tmp_path,
+            web_port=free_port(),
             env={"KDIV_WEB_TOKEN": TOKEN},
         )
         for name in ("w1", "w2")
@@ -91,11 +98,25 @@ async def test_views_need_the_token_except_health_and_metrics(two_workers):
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         owners = await wait_for_split(session, workers, PARTITIONS, AUTH)
 
-        protected = ["/partitions/", f"/partitions/{topic}/0/", "/producers/", "/incidents/",
-                     # Faust's own views, and a path that does not exist (not revealed either).
-                     "/router/", "/router/topics", "/table/", "/stats/", "/no-such-view"]
-        wrong_tokens = [{}, {"Authorization": "Bearer " + "x" * len(TOKEN)}, {"Authorization": TOKEN},
-                        {"Authorization": f"Basic {TOKEN}"}, {"Authorization": f"Bearer {TOKEN}x"}]
+        protected = [
+            "/partitions/",
+            f"/partitions/{topic}/0/",
+            "/producers/",
+            "/incidents/",
+            # Faust's own views, and a path that does not exist (not revealed either).
+            "/router/",
+            "/router/topics",
+            "/table/",
+            "/stats/",
+            "/no-such-view",
+        ]
+        wrong_tokens = [
+            {},
+            {"Authorization": "Bearer " + "x" * len(TOKEN)},
+            {"Authorization": TOKEN},
+            {"Authorization": f"Basic {TOKEN}"},
+            {"Authorization": f"Bearer {TOKEN}x"},
+        ]
         for path in protected:
             for headers in wrong_tokens:
                 status, body = await http_json(session, "GET", w1.url + path, headers)

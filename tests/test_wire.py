@@ -2,6 +2,7 @@ import struct
 import zlib
 
 import pytest
+
 from kdiv.div.wire import (
     COMMON_SIZE,
     EOS_SIZE,
@@ -16,7 +17,6 @@ from kdiv.div.wire import (
     encode,
     record_crc,
 )
-
 from tests.streams import GUID_A
 
 
@@ -46,8 +46,19 @@ def test_control_key_is_guid_segment_seq_big_endian():
         (DivHeader(Kind.DATA, GUID_A, 3, 17, -5, 0xDEADBEEF), COMMON_SIZE),
         (DivHeader(Kind.START_OF_SEGMENT, GUID_A, 0, 0, 1, 2, checksum_type=ChecksumType.NONE), SOS_SIZE),
         (DivHeader(Kind.START_OF_SEGMENT, GUID_A, 1, 0, 1, 2, checksum_type=ChecksumType.ADHASH), SOS_SIZE),
-        (DivHeader(Kind.END_OF_SEGMENT, GUID_A, 2**32 - 1, 2**32 - 1, 2**63 - 1, 2**32 - 1,
-                   segment_checksum=2**64 - 1, final_segment=True), EOS_SIZE),
+        (
+            DivHeader(
+                Kind.END_OF_SEGMENT,
+                GUID_A,
+                2**32 - 1,
+                2**32 - 1,
+                2**63 - 1,
+                2**32 - 1,
+                segment_checksum=2**64 - 1,
+                final_segment=True,
+            ),
+            EOS_SIZE,
+        ),
         (DivHeader(Kind.END_OF_SEGMENT, GUID_A, 0, 5, 0, 0, segment_checksum=0, final_segment=False), EOS_SIZE),
         (DivHeader(Kind.START_OF_PUSH, GUID_A, 0, 1, 0, 0), COMMON_SIZE),
         (DivHeader(Kind.END_OF_PUSH, GUID_A, 0, 2, 0, 0), COMMON_SIZE),
@@ -60,8 +71,18 @@ def test_round_trip(header, size):
 
 
 def test_layout_is_big_endian_at_documented_offsets():
-    raw = encode(DivHeader(Kind.END_OF_SEGMENT, GUID_A, 0x01020304, 0x05060708, 0x1112131415161718, 0xA1A2A3A4,
-                           segment_checksum=0xB1B2B3B4B5B6B7B8, final_segment=True))
+    raw = encode(
+        DivHeader(
+            Kind.END_OF_SEGMENT,
+            GUID_A,
+            0x01020304,
+            0x05060708,
+            0x1112131415161718,
+            0xA1A2A3A4,
+            segment_checksum=0xB1B2B3B4B5B6B7B8,
+            final_segment=True,
+        )
+    )
     assert raw[0] == 1 and raw[1] == 2
     assert raw[2:18] == GUID_A
     assert raw[18:22] == bytes.fromhex("01020304")

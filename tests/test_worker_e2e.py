@@ -13,7 +13,6 @@ import asyncio
 import uuid
 
 from kdiv.writer import DivWriter
-
 from tests.workerproc import (
     WorkerProcess,
     incident_differences,
@@ -28,7 +27,11 @@ async def test_exactly_once_worker_runs_commits_and_reports_the_faults(bootstrap
     topic = topic_factory(2)
     app_id = f"eos-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(
-        "eos", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path,
+        "eos",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=app_id,
+        workdir=tmp_path,
         env={"KDIV_PROCESSING_GUARANTEE": "exactly_once"},
     )
     try:

@@ -10,6 +10,7 @@ import sys
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
+
 from kdiv.clock import wall_clock_ms
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import Kind, decode
@@ -60,8 +61,10 @@ async def test_writer_output_validates_clean_with_keyed_partitioning(bootstrap, 
 
 async def test_concurrent_sends_keep_sequence_order_on_the_wire(bootstrap, topic_factory):
     topic = topic_factory(3)
-    async with await DivWriter.start(bootstrap, max_records_per_segment=25,
-                                     producer_options={"linger_ms": 20, "max_batch_size": 2048}) as writer:
+    async with await DivWriter.start(
+        bootstrap, max_records_per_segment=25, producer_options={"linger_ms": 20, "max_batch_size": 2048}
+    ) as writer:
+
         async def burst(n: int) -> list:
             return [await writer.send(topic, b"x" * 50, b"k%d-%d" % (n, i)) for i in range(200)]
 
@@ -74,7 +77,9 @@ async def test_concurrent_sends_keep_sequence_order_on_the_wire(bootstrap, topic
     assert sum(k == Kind.DATA for k in kinds(records)) == 1000
 
 
-async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_and_check(bootstrap, topic_factory, tmp_path):
+async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_and_check(
+    bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory(1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
@@ -104,8 +109,12 @@ async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_an
 
     captured = tmp_path / "captured.jsonl"
     env_cmd = [sys.executable, "-m", "kdiv.cli"]
-    dump = subprocess.run([*env_cmd, "dump", topic, "--bootstrap", bootstrap, "-o", str(captured)],
-                          capture_output=True, text=True, timeout=120)
+    dump = subprocess.run(
+        [*env_cmd, "dump", topic, "--bootstrap", bootstrap, "-o", str(captured)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dump.returncode == 0, dump.stderr
     check = subprocess.run([*env_cmd, "check", str(captured)], capture_output=True, text=True, timeout=120)
     assert check.returncode == 1, check.stderr

@@ -27,6 +27,7 @@ from pathlib import Path
 import aiohttp
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+
 from kdiv.dev.demo import FAULTS, FaultyPipeline
 from kdiv.div.segment import Segment
 from kdiv.div.validator import DataIntegrityValidator, PartitionValidation
@@ -197,9 +198,7 @@ class WorkerProcess:
             return ""
 
     def log_tail(self, lines: int = 40) -> str:
-        return f"--- {self.log_path} (last {lines} lines) ---\n" + "\n".join(
-            self.log_text().splitlines()[-lines:]
-        )
+        return f"--- {self.log_path} (last {lines} lines) ---\n" + "\n".join(self.log_text().splitlines()[-lines:])
 
     @property
     def ready(self) -> bool:
@@ -220,7 +219,8 @@ class WorkerProcess:
     def problems(self) -> list[str]:
         """Log lines that show the worker misbehaving (tracebacks, errors, crashes)."""
         return [
-            line for line in self.log_text().splitlines()
+            line
+            for line in self.log_text().splitlines()
             if "Traceback" in line or "[ERROR]" in line or "[CRITICAL]" in line
         ]
 
@@ -253,7 +253,9 @@ async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: 
     return {p: found[TopicPartition(topic, p)].offset if TopicPartition(topic, p) in found else -1 for p in partitions}
 
 
-async def record_offsets(bootstrap: str, group: str, topic: str, partitions: int, path: Path, every_s: float = 0.25) -> None:
+async def record_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int, path: Path, every_s: float = 0.25
+) -> None:
     """Append the group's committed offsets and the topic's end offsets to `path` every
     `every_s` seconds, until cancelled: a timeline for post mortems."""
     with open(path, "a") as out:
@@ -368,7 +370,9 @@ async def read_table(bootstrap: str, app_id: str, partitions: int, table: str = 
     return table
 
 
-def saved_state(table: dict[bytes, bytes]) -> tuple[dict[tuple[str, int], PartitionValidation], dict[tuple[str, int, bytes], Segment]]:
+def saved_state(
+    table: dict[bytes, bytes],
+) -> tuple[dict[tuple[str, int], PartitionValidation], dict[tuple[str, int, bytes], Segment]]:
     parts: dict[tuple[str, int], PartitionValidation] = {}
     producers: dict[tuple[str, int, bytes], Segment] = {}
     for key, value in table.items():
@@ -531,8 +535,9 @@ async def http_json(session, method: str, url: str, headers: dict | None = None)
         return response.status, await response.text()
 
 
-async def wait_for_split(session, workers, partitions: int, headers: dict | None = None,
-                         timeout: float = 60.0) -> dict[int, str]:
+async def wait_for_split(
+    session, workers, partitions: int, headers: dict | None = None, timeout: float = 60.0
+) -> dict[int, str]:
     """Partition -> owning worker URL (from /partitions/), once each worker owns one."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

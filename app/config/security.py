@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka.helpers import create_ssl_context
+
 from kdiv.config.env import PREFIX, EnvReader, SettingsError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -130,11 +131,13 @@ class KafkaSecurity:
         """The same settings as librdkafka (confluent-kafka) configuration properties."""
         config = {"security.protocol": self.protocol}
         if self.uses_sasl:
-            config.update({
-                "sasl.mechanism": self.sasl_mechanism,
-                "sasl.username": self.sasl_username,
-                "sasl.password": self.sasl_password,
-            })
+            config.update(
+                {
+                    "sasl.mechanism": self.sasl_mechanism,
+                    "sasl.username": self.sasl_username,
+                    "sasl.password": self.sasl_password,
+                }
+            )
         if self.uses_ssl:
             config["ssl.endpoint.identification.algorithm"] = "https" if self.ssl_check_hostname else "none"
             for key, path in (

@@ -35,7 +35,9 @@ class RegistrySettings:
         env = EnvReader(environ)
         url = env.str("SCHEMA_REGISTRY_URL", cls.url)
         if not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
-            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} is not an http(s):// URL (or a comma-separated list)")
+            raise SettingsError(
+                f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} is not an http(s):// URL (or a comma-separated list)"
+            )
         basic_auth = env.str("SCHEMA_REGISTRY_BASIC_AUTH", "")
         if basic_auth and ":" not in basic_auth:
             raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_BASIC_AUTH must be USER:PASSWORD")
@@ -45,7 +47,9 @@ class RegistrySettings:
                 f"{PREFIX}SCHEMA_REGISTRY_CERT and {PREFIX}SCHEMA_REGISTRY_KEY go together (a client certificate and its key)"
             )
         if (ca or cert) and not url.startswith("https://"):
-            raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_CA/CERT are set but {PREFIX}SCHEMA_REGISTRY_URL={url} is not https://")
+            raise SettingsError(
+                f"{PREFIX}SCHEMA_REGISTRY_CA/CERT are set but {PREFIX}SCHEMA_REGISTRY_URL={url} is not https://"
+            )
         return cls(url, basic_auth, ca, cert, key, env.float("SCHEMA_REGISTRY_TIMEOUT_S", cls.timeout_s))
 
 
@@ -139,7 +143,9 @@ class Settings:
             kafka_security=KafkaSecurity.from_env(environ),
             registry=RegistrySettings.from_env(environ),
             schema_topics=tuple(t.strip() for t in env.str("SCHEMA_TOPICS", "").split(",") if t.strip()),
-            subject_strategies=env.mapping("SUBJECT_STRATEGY", lambda v: v if v in STRATEGIES else None, "topic, record or topic_record"),
+            subject_strategies=env.mapping(
+                "SUBJECT_STRATEGY", lambda v: v if v in STRATEGIES else None, "topic, record or topic_record"
+            ),
             schema_check_keys=env.bool("SCHEMA_CHECK_KEYS", False),
             schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
             schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
@@ -149,8 +155,12 @@ class Settings:
                 f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "
                 f"{PREFIX}SESSION_TIMEOUT_S={settings.session_timeout_s}"
             )
-        if (settings.web_enabled and not settings.web_token and not settings.web_allow_unauthenticated
-                and not is_loopback(settings.web_host)):
+        if (
+            settings.web_enabled
+            and not settings.web_token
+            and not settings.web_allow_unauthenticated
+            and not is_loopback(settings.web_host)
+        ):
             raise SettingsError(
                 f"{PREFIX}WEB_HOST={settings.web_host} is reachable from other hosts, but {PREFIX}WEB_TOKEN is "
                 f"not set: set a token, bind to 127.0.0.1, or set {PREFIX}WEB_ALLOW_UNAUTHENTICATED=true"

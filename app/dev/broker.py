@@ -178,8 +178,7 @@ class DevBroker:
             self._start(15.0, inherit_output=True)
             print(self.bootstrap, flush=True)
             print(
-                "Tansu development broker running (memory storage: topics vanish on stop). "
-                "Ctrl-C to stop.",
+                "Tansu development broker running (memory storage: topics vanish on stop). Ctrl-C to stop.",
                 file=sys.stderr,
                 flush=True,
             )
@@ -187,8 +186,7 @@ class DevBroker:
                 assert self._process is not None
                 if self._process.poll() is not None:
                     raise BrokerError(
-                        f"the broker on {self.bootstrap} exited unexpectedly "
-                        f"with code {self._process.returncode}"
+                        f"the broker on {self.bootstrap} exited unexpectedly with code {self._process.returncode}"
                     )
         finally:
             self.stop()
@@ -212,7 +210,7 @@ class DevBroker:
             env["NO_COLOR"] = "1"  # plain text, so the tail we quote in errors is readable
             # A file, not a pipe: nobody drains a pipe while the broker runs, and a full
             # pipe would block Tansu. Kept to quote its tail when start-up fails.
-            self._output = tempfile.TemporaryFile(prefix="kdiv-tansu-")
+            self._output = tempfile.TemporaryFile(prefix="kdiv-tansu-")  # noqa: SIM115 - open while the broker runs
             output = self._output
         try:
             self._process = subprocess.Popen(
@@ -308,9 +306,7 @@ _INT32 = struct.Struct(">i")
 
 
 def _answers_kafka_api_versions(host: str, port: int) -> bool:
-    header = struct.pack(
-        ">hhih", _API_VERSIONS_KEY, 0, _PROBE_CORRELATION_ID, len(_PROBE_CLIENT_ID)
-    )
+    header = struct.pack(">hhih", _API_VERSIONS_KEY, 0, _PROBE_CORRELATION_ID, len(_PROBE_CLIENT_ID))
     request = header + _PROBE_CLIENT_ID
     try:
         with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT_S) as conn:

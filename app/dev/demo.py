@@ -17,6 +17,7 @@ import random
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
+
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
@@ -25,7 +26,14 @@ from kdiv.writer import DivWriter
 log = logging.getLogger("kdiv.demo")
 
 FAULTS = (
-    "loss", "duplicate", "corruption", "reordering", "unregistered", "push-failure", "data-after-end", "malformed",
+    "loss",
+    "duplicate",
+    "corruption",
+    "reordering",
+    "unregistered",
+    "push-failure",
+    "data-after-end",
+    "malformed",
     "untracked",
 )
 
@@ -63,13 +71,18 @@ class FaultyPipeline:
     def _next(self, partition: int) -> list[OutgoingRecord]:
         n = next(self._counter)
         return self.writer.stamper.data(
-            self.topic, partition, b"key-%d" % n, b"value-%d-" % n + random.randbytes(24),
+            self.topic,
+            partition,
+            b"key-%d" % n,
+            b"value-%d-" % n + random.randbytes(24),
             self.writer.clock_ms(),
         )
 
     async def _put(self, records: list[OutgoingRecord]) -> None:
         for r in records:
-            await self.writer.producer.send_and_wait(r.topic, r.value, r.key, partition=r.partition, headers=list(r.headers))
+            await self.writer.producer.send_and_wait(
+                r.topic, r.value, r.key, partition=r.partition, headers=list(r.headers)
+            )
             if r.kind == Kind.DATA:
                 self.last_sent = r
 
@@ -85,7 +98,11 @@ class FaultyPipeline:
             *control, victim = self._next(partition)
             await self._put(control)
             await self.writer.producer.send_and_wait(
-                victim.topic, b"tampered" + (victim.value or b""), victim.key, partition=partition, headers=list(victim.headers)
+                victim.topic,
+                b"tampered" + (victim.value or b""),
+                victim.key,
+                partition=partition,
+                headers=list(victim.headers),
             )
         elif fault == "reordering":
             first, second = self._next(partition), self._next(partition)
@@ -107,7 +124,11 @@ class FaultyPipeline:
             ended = decode(dict(end.headers)[HEADER_NAME])
             key, value = b"late", b"after the end of its segment"
             late = DivHeader(
-                Kind.DATA, ended.guid, ended.segment, ended.seq + 1, self.writer.clock_ms(),
+                Kind.DATA,
+                ended.guid,
+                ended.segment,
+                ended.seq + 1,
+                self.writer.clock_ms(),
                 record_crc(Kind.DATA, key, value),
             )
             await self.writer.producer.send_and_wait(

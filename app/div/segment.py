@@ -23,18 +23,18 @@ class Segment:
     """Mutable, slot-only: one exists per live (partition, producer) and is touched per record."""
 
     __slots__ = (
-        "segment_number",
-        "checksum_type",
         "checksum",
         "checksum_finalized",
-        "sequence_number",
-        "registered",
-        "started",
+        "checksum_type",
         "ended",
         "final_segment",
-        "new_segment",
         "last_offset",
         "last_producer_ts",
+        "new_segment",
+        "registered",
+        "segment_number",
+        "sequence_number",
+        "started",
     )
 
     def __init__(self, segment_number: int, sequence_number: int, checksum_type: ChecksumType) -> None:
@@ -60,7 +60,9 @@ class Segment:
         if not self.started:
             return SegmentStatus.NOT_STARTED
         if self.ended:
-            return SegmentStatus.END_OF_FINAL_SEGMENT if self.final_segment else SegmentStatus.END_OF_INTERMEDIATE_SEGMENT
+            return (
+                SegmentStatus.END_OF_FINAL_SEGMENT if self.final_segment else SegmentStatus.END_OF_INTERMEDIATE_SEGMENT
+            )
         return SegmentStatus.IN_PROGRESS
 
     def add_to_checksum(self, crc: int) -> None:

@@ -42,7 +42,7 @@ class OutgoingRecord:
 
 
 class _WriterSegment:
-    __slots__ = ("number", "next_seq", "checksum", "started_at_ms", "data_records", "ended")
+    __slots__ = ("checksum", "data_records", "ended", "next_seq", "number", "started_at_ms")
 
     def __init__(self, number: int, now_ms: int) -> None:
         self.number = number
@@ -151,14 +151,24 @@ class DivStamper:
         segment.next_seq += 1
         if kind == Kind.END_OF_SEGMENT:
             header = DivHeader(
-                kind, self.guid, segment.number, seq, now_ms, crc,
+                kind,
+                self.guid,
+                segment.number,
+                seq,
+                now_ms,
+                crc,
                 segment_checksum=segment.checksum if self.checksum_type == ChecksumType.ADHASH else 0,
                 final_segment=final,
             )
         else:
             segment.checksum = adhash_add(segment.checksum, crc)
             header = DivHeader(
-                kind, self.guid, segment.number, seq, now_ms, crc,
+                kind,
+                self.guid,
+                segment.number,
+                seq,
+                now_ms,
+                crc,
                 checksum_type=self.checksum_type if kind == Kind.START_OF_SEGMENT else None,
             )
         return OutgoingRecord(topic, partition, key, value, headers + ((HEADER_NAME, encode(header)),), kind)

@@ -150,7 +150,12 @@ class DataIntegrityValidator:
             if version == FORMAT_VERSION and kind == _DATA:
                 part = self.partitions.get((record.topic, record.partition))
                 if part is not None and part.tracker.accept_in_order(
-                    guid, segment, seq, producer_ts, header_crc, record_crc(_DATA, record.key, record.value),
+                    guid,
+                    segment,
+                    seq,
+                    producer_ts,
+                    header_crc,
+                    record_crc(_DATA, record.key, record.value),
                     record.offset,
                 ):
                     part.records += 1

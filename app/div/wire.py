@@ -147,5 +147,7 @@ def decode(raw: bytes | None) -> DivHeader:
         checksum, final = _EOS_TAIL.unpack_from(raw, COMMON_SIZE)
         if final > 1:
             raise MalformedHeader(f"END_OF_SEGMENT final-segment flag {final} is neither 0 nor 1")
-        return DivHeader(kind, guid, segment, seq, producer_ts, crc, segment_checksum=checksum, final_segment=bool(final))
+        return DivHeader(
+            kind, guid, segment, seq, producer_ts, crc, segment_checksum=checksum, final_segment=bool(final)
+        )
     return DivHeader(kind, guid, segment, seq, producer_ts, crc)

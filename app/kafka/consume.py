@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
+
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.record import ConsumedRecord
 from kdiv.kafka.tansu import detect_tansu, end_offsets
@@ -47,7 +48,9 @@ async def _standalone_consumer(
         await consumer.stop()
 
 
-async def topic_partitions(consumer: AIOKafkaConsumer, topic: str, only: Iterable[int] | None = None) -> list[TopicPartition]:
+async def topic_partitions(
+    consumer: AIOKafkaConsumer, topic: str, only: Iterable[int] | None = None
+) -> list[TopicPartition]:
     """The topic's partitions (all, or `only`), or a LookupError naming what does not exist."""
     await consumer.topics()  # refreshes metadata for every topic
     found = consumer.partitions_for_topic(topic)
@@ -97,7 +100,9 @@ async def read_snapshot(
             if batches:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > _STALL_TIMEOUT_S:
-                stuck = [f"{tp.topic}/{tp.partition} at {await consumer.position(tp)} of {ends[tp]}" for tp in remaining]
+                stuck = [
+                    f"{tp.topic}/{tp.partition} at {await consumer.position(tp)} of {ends[tp]}" for tp in remaining
+                ]
                 raise TimeoutError(f"no records for {_STALL_TIMEOUT_S:.0f}s while reading {', '.join(stuck)}")
 
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
 from kdiv.config.settings import Settings
 from kdiv.kafka.tansu import detect_tansu
 
@@ -61,7 +62,7 @@ def run_in_own_loop(coro: Coroutine[Any, Any, T]) -> T:
     def target() -> None:
         try:
             result.append(("ok", asyncio.run(coro)))
-        except BaseException as exc:  # re-raised in the caller's thread
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             result.append(("error", exc))
 
     thread = threading.Thread(target=target, name="kdiv-discovery")
@@ -152,7 +153,9 @@ async def _ensure_incident_topic(admin: AIOKafkaAdminClient, settings: Settings)
         return
     # One partition: incidents are few, and one order makes "recent" and paging simple.
     topic = NewTopic(
-        settings.incidents, num_partitions=1, replication_factor=settings.replication_factor,
+        settings.incidents,
+        num_partitions=1,
+        replication_factor=settings.replication_factor,
         topic_configs={"cleanup.policy": "compact"},
     )
     response = await admin.create_topics([topic])

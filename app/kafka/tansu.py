@@ -49,6 +49,7 @@ from aiokafka.protocol.types import (
     Schema,
     TaggedFields,
 )
+
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 
 BROKER_FLAVOR_ENV = "KDIV_BROKER_FLAVOR"
@@ -88,9 +89,7 @@ async def detect_tansu(
     forced = os.environ.get(BROKER_FLAVOR_ENV, "").strip().lower()
     if forced:
         if forced not in _FLAVORS:
-            raise ValueError(
-                f"{BROKER_FLAVOR_ENV}={forced!r} is not one of {', '.join(sorted(_FLAVORS))}"
-            )
+            raise ValueError(f"{BROKER_FLAVOR_ENV}={forced!r} is not one of {', '.join(sorted(_FLAVORS))}")
         return _FLAVORS[forced]
     return await fetch_cluster_id(client_or_bootstrap, security) == TANSU_CLUSTER_ID
 
@@ -144,8 +143,8 @@ async def end_offsets(
     if not tansu:
         return reported
 
-    client: AIOKafkaClient = consumer._client  # noqa: SLF001 - the consumer's own connections
-    read_committed = consumer._isolation_level == "read_committed"  # noqa: SLF001
+    client: AIOKafkaClient = consumer._client
+    read_committed = consumer._isolation_level == "read_committed"
     # consumer.end_offsets has just refreshed metadata for these partitions.
     fetch_offsets_by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
     for tp, reported_end in reported.items():
@@ -254,8 +253,7 @@ async def _ends_from_fetch(
             return ends
     names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in missing)
     raise kafka_errors.KafkaError(
-        f"broker {node_id} left {names} out of {_FETCH_ATTEMPTS} Fetch responses; "
-        "cannot read their end offsets"
+        f"broker {node_id} left {names} out of {_FETCH_ATTEMPTS} Fetch responses; cannot read their end offsets"
     )
 
 
@@ -315,7 +313,7 @@ _AIOKAFKA_INIT_PID_HANDLER = aiokafka_sender.InitPIDHandler
 # handle_response reads.
 class _InitPIDHandlerV3(_AIOKAFKA_INIT_PID_HANDLER):
     def create_request(self) -> _InitProducerIdRequest:
-        txn_manager = self._sender._txn_manager  # noqa: SLF001 - as the handler it replaces
+        txn_manager = self._sender._txn_manager
         return _InitProducerIdRequest(
             transactional_id=txn_manager.transactional_id,
             transaction_timeout_ms=txn_manager.transaction_timeout_ms,

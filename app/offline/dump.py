@@ -9,7 +9,9 @@ from kdiv.kafka.consume import read_snapshot
 from kdiv.offline.jsonl import record_to_line
 
 
-async def dump_topic(bootstrap: str, topic: str, out: TextIO, partitions=None, *, security: KafkaSecurity = PLAINTEXT) -> int:
+async def dump_topic(
+    bootstrap: str, topic: str, out: TextIO, partitions=None, *, security: KafkaSecurity = PLAINTEXT
+) -> int:
     count = 0
     async for record in read_snapshot(bootstrap, topic, partitions, security=security):
         out.write(record_to_line(record) + "\n")

@@ -38,12 +38,15 @@ class IdVerdict:
         if self.verdict is None:
             return f"OK               schema id {self.use.schema_id} ({where}) is under {self.expected_subject}"
         subjects = ", ".join(self.registered) or "no subject"
-        return (f"{self.verdict:<16} schema id {self.use.schema_id} (first at {where}) is under {subjects}; "
-                f"expected {self.expected_subject or '(strategy names no subject for this schema)'}")
+        return (
+            f"{self.verdict:<16} schema id {self.use.schema_id} (first at {where}) is under {subjects}; "
+            f"expected {self.expected_subject or '(strategy names no subject for this schema)'}"
+        )
 
 
-async def schema_ids_in(bootstrap: str, topic: str, *, keys: bool = False,
-                        security: KafkaSecurity = PLAINTEXT) -> dict[int, IdUse]:
+async def schema_ids_in(
+    bootstrap: str, topic: str, *, keys: bool = False, security: KafkaSecurity = PLAINTEXT
+) -> dict[int, IdUse]:
     uses: dict[int, IdUse] = {}
     async for record in read_snapshot(bootstrap, topic, security=security):
         schema_id = schema_id_of(record.key if keys else record.value)
@@ -56,8 +59,15 @@ async def schema_ids_in(bootstrap: str, topic: str, *, keys: bool = False,
     return uses
 
 
-async def check_topic(registry: SchemaRegistry, bootstrap: str, topic: str, strategy: str, *,
-                      keys: bool = False, security: KafkaSecurity = PLAINTEXT) -> list[IdVerdict]:
+async def check_topic(
+    registry: SchemaRegistry,
+    bootstrap: str,
+    topic: str,
+    strategy: str,
+    *,
+    keys: bool = False,
+    security: KafkaSecurity = PLAINTEXT,
+) -> list[IdVerdict]:
     """Raises RegistryError when the registry cannot answer (nothing is judged then)."""
     lookups = SchemaLookups(registry, clock=time.monotonic, backoff_s=0.0)
     verdicts = []

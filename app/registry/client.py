@@ -28,6 +28,7 @@ from confluent_kafka.schema_registry import (
     topic_record_subject_name_strategy,
     topic_subject_name_strategy,
 )
+
 from kdiv.config.settings import RegistrySettings
 
 STRATEGIES = {
@@ -95,7 +96,9 @@ class SchemaRegistry:
         await self._client.aclose()
 
     async def register(self, subject: str, schema_text: str) -> int:
-        return await self._call(f"register a schema under {subject}", self._client.register_schema(subject, Schema(schema_text, "AVRO")))
+        return await self._call(
+            f"register a schema under {subject}", self._client.register_schema(subject, Schema(schema_text, "AVRO"))
+        )
 
     async def schema_text(self, schema_id: int) -> str:
         schema = await self._call(f"read schema id {schema_id}", self._client.get_schema(schema_id))
@@ -105,7 +108,9 @@ class SchemaRegistry:
 
     async def versions_of(self, schema_id: int) -> list[SubjectVersion]:
         """Every (subject, version) the id is registered under (`GET /schemas/ids/{id}/versions`)."""
-        found = await self._call(f"read the subjects of schema id {schema_id}", self._client.get_schema_versions(schema_id))
+        found = await self._call(
+            f"read the subjects of schema id {schema_id}", self._client.get_schema_versions(schema_id)
+        )
         pairs = [(getattr(item, "subject", None), getattr(item, "version", None)) for item in found or ()]
         if not all(isinstance(subject, str) and isinstance(version, int) for subject, version in pairs):
             raise RegistryUnavailable(f"{self.url}: subjects of schema id {schema_id}: malformed answer {pairs!r}")

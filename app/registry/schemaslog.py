@@ -128,7 +128,11 @@ class SchemaLogState:
         return dict(sorted(versions.items()))
 
     def subject_names(self, *, deleted: bool = False) -> list[str]:
-        return sorted(s for s, versions in self.subjects.items() if versions and (deleted or any(not e.deleted for e in versions.values())))
+        return sorted(
+            s
+            for s, versions in self.subjects.items()
+            if versions and (deleted or any(not e.deleted for e in versions.values()))
+        )
 
     def version(self, subject: str, version: str | int) -> tuple[int, SubjectVersion]:
         versions = self.live_versions(subject)
@@ -138,7 +142,9 @@ class SchemaLogState:
             try:
                 number = int(version)
             except ValueError:
-                raise RegistryRequestError(422, 42202, f"The specified version '{version}' is not a valid version id.") from None
+                raise RegistryRequestError(
+                    422, 42202, f"The specified version '{version}' is not a valid version id."
+                ) from None
         if number not in versions:
             raise version_not_found(subject, version)
         return number, versions[number]
@@ -209,7 +215,9 @@ class SchemaLogState:
         problems = self.compatible(subject, schema)
         if problems:
             raise RegistryRequestError(
-                409, 409, f"Schema being registered is incompatible with an earlier schema for subject '{subject}': {problems}"
+                409,
+                409,
+                f"Schema being registered is incompatible with an earlier schema for subject '{subject}': {problems}",
             )
         schema_id = self.ids_by_canonical.get(canonical(schema), max(self.schemas, default=0) + 1)
         version = max(self.subjects.get(subject, {}), default=0) + 1
@@ -259,4 +267,6 @@ def canonical(schema: str) -> str:
 def encode_record(key: dict, value: dict | None) -> tuple[bytes, bytes | None]:
     """A `_schemas` record's bytes, as Confluent writes them (compact JSON)."""
     compact = (",", ":")
-    return json.dumps(key, separators=compact).encode(), None if value is None else json.dumps(value, separators=compact).encode()
+    return json.dumps(key, separators=compact).encode(), None if value is None else json.dumps(
+        value, separators=compact
+    ).encode()

@@ -141,7 +141,7 @@ class SchemaLookups:
         self.stats.requests += 1
         try:
             answer = await asyncio.wait_for(request, self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._failed(f"{self.registry.url}: no answer within {self.timeout_s} s")
             raise RegistryUnavailable(self.stats.last_error) from None
         except RegistryUnavailable as down:

@@ -15,6 +15,7 @@ import io
 import json
 
 import fastavro
+
 from kdiv.div.faults import Verdict
 from kdiv.div.ledger import KeyValidation
 from kdiv.div.segment import Segment
@@ -130,16 +131,19 @@ def decode_partition(body: bytes, writer_schema=STATE_SCHEMA) -> PartitionValida
 
 
 def encode_key_validation(entry: KeyValidation) -> bytes:
-    return _write(KEY_VALIDATION_NAME, {
-        "offset": entry.offset,
-        "timestamp": entry.timestamp,
-        # record_crc is unsigned 32-bit: it fits a long as it is.
-        "crc": entry.crc,
-        "tombstone": entry.tombstone,
-        "producer": entry.producer,
-        "segment": entry.segment,
-        "seq": entry.seq,
-    })
+    return _write(
+        KEY_VALIDATION_NAME,
+        {
+            "offset": entry.offset,
+            "timestamp": entry.timestamp,
+            # record_crc is unsigned 32-bit: it fits a long as it is.
+            "crc": entry.crc,
+            "tombstone": entry.tombstone,
+            "producer": entry.producer,
+            "segment": entry.segment,
+            "seq": entry.seq,
+        },
+    )
 
 
 def encode_segment(segment: Segment) -> bytes:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 
 import fastavro
+
 from kdiv.div.ledger import KeyValidation
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
@@ -49,7 +50,7 @@ class StateValues:
         """Learn a schema fetched from the registry; StateDecodeError if it is not Avro."""
         try:
             self._writers[schema_id] = fastavro.parse_schema(json.loads(schema_text))
-        except Exception as bad:  # json and fastavro raise several types
+        except Exception as bad:  # noqa: BLE001 - json and fastavro raise several types
             raise StateDecodeError(f"schema id {schema_id} is not a usable Avro schema: {bad!r}") from None
 
     def encode(self, state: Segment | PartitionValidation | KeyValidation) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import CredentialsT
+
 from kdiv.config.security import KafkaSecurity
 
 

@@ -51,11 +51,22 @@ class Incident:
     @property
     def key(self) -> bytes:
         if self.schema_id is not None:
-            fields = {"topic": self.topic, "partition": self.partition, "field": self.message_field,
-                      "schema_id": self.schema_id, "class": self.verdict}
+            fields = {
+                "topic": self.topic,
+                "partition": self.partition,
+                "field": self.message_field,
+                "schema_id": self.schema_id,
+                "class": self.verdict,
+            }
         else:
-            fields = {"topic": self.topic, "partition": self.partition, "producer": self.producer,
-                      "segment": self.segment, "seq": self.seq, "class": self.verdict}
+            fields = {
+                "topic": self.topic,
+                "partition": self.partition,
+                "producer": self.producer,
+                "segment": self.segment,
+                "seq": self.seq,
+                "class": self.verdict,
+            }
         return json.dumps(fields, separators=(",", ":")).encode()
 
     def to_json(self) -> dict:
@@ -77,15 +88,38 @@ class Incident:
         return cls(**fields)
 
 
-def schema_incident(topic: str, partition: int, offset: int, message_field: str, schema_id: int, verdict: str,
-                    expected_subject: str | None, registered: tuple[str, ...], detail: str, record_timestamp_ms: int,
-                    detected_at_ms: int, resolved_at_ms: int | None = None) -> Incident:
+def schema_incident(
+    topic: str,
+    partition: int,
+    offset: int,
+    message_field: str,
+    schema_id: int,
+    verdict: str,
+    expected_subject: str | None,
+    registered: tuple[str, ...],
+    detail: str,
+    record_timestamp_ms: int,
+    detected_at_ms: int,
+    resolved_at_ms: int | None = None,
+) -> Incident:
     """A record (or state value) whose schema id is unknown or under the wrong subject."""
     return Incident(
-        topic=topic, partition=partition, producer=NO_PRODUCER, segment=-1, seq=-1, verdict=verdict, offset=offset,
-        severity="warning", detail=detail, record_timestamp_ms=record_timestamp_ms, detected_at_ms=detected_at_ms,
-        schema_id=schema_id, message_field=message_field, expected_subject=expected_subject,
-        registered_subjects=registered, resolved_at_ms=resolved_at_ms,
+        topic=topic,
+        partition=partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=-1,
+        verdict=verdict,
+        offset=offset,
+        severity="warning",
+        detail=detail,
+        record_timestamp_ms=record_timestamp_ms,
+        detected_at_ms=detected_at_ms,
+        schema_id=schema_id,
+        message_field=message_field,
+        expected_subject=expected_subject,
+        registered_subjects=registered,
+        resolved_at_ms=resolved_at_ms,
     )
 
 
@@ -162,8 +196,15 @@ class FaultRunLog:
                 self._runs[run_key] = [incident.verdict, record.offset, record.offset, 1]
                 self._log.warning(
                     "%s (%s) at %s[%d]@%d producer %s segment %d seq %d: %s",
-                    incident.verdict, incident.severity, record.topic, record.partition, record.offset,
-                    producer, incident.segment, incident.seq, incident.detail,
+                    incident.verdict,
+                    incident.severity,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    producer,
+                    incident.segment,
+                    incident.seq,
+                    incident.detail,
                 )
             else:
                 run[2] = record.offset
@@ -175,6 +216,12 @@ class FaultRunLog:
         if count > 1:
             topic, partition, producer = run_key
             self._log.warning(
-                "%d %s records at %s[%d] offsets %d..%d from producer %s", count, verdict, topic, partition,
-                first, last, producer,
+                "%d %s records at %s[%d] offsets %d..%d from producer %s",
+                count,
+                verdict,
+                topic,
+                partition,
+                first,
+                last,
+                producer,
             )

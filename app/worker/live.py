@@ -78,8 +78,12 @@ def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
 
 
 class LiveValidation:
-    def __init__(self, validator: DataIntegrityValidator, values: StateValues | None = None,
-                 ledger_topics: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        validator: DataIntegrityValidator,
+        values: StateValues | None = None,
+        ledger_topics: frozenset[str] = frozenset(),
+    ) -> None:
         self.validator = validator
         # How state is written to and read from the table (Confluent-framed Avro).
         self.values = values or StateValues.unregistered()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kdiv.div.faults import Verdict
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from kdiv.div.faults import Verdict
 
 # aiohttp sets the charset itself and refuses one here.
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -25,7 +26,8 @@ class WorkerCollector:
         worker = self.worker
         validated = CounterMetricFamily("kdiv_records_validated", "Records validated, per partition", labels=_TP)
         faults = CounterMetricFamily(
-            "kdiv_faults", "Records judged other than OK or UNTRACKED, per partition and class",
+            "kdiv_faults",
+            "Records judged other than OK or UNTRACKED, per partition and class",
             labels=[*_TP, "class"],
         )
         untracked = CounterMetricFamily("kdiv_records_untracked", "Records without a div header", labels=_TP)
@@ -54,20 +56,40 @@ class WorkerCollector:
             ("kdiv_batches", "Batches validated", stats.batches),
             ("kdiv_incidents_sent", "Incidents written to the incidents topic", stats.incidents_sent),
             ("kdiv_state_writes", "Units of state written to the tables", stats.state_writes),
-            ("kdiv_replays_skipped", "Re-delivered records whose effect was already saved", worker.live.replays_skipped),
+            (
+                "kdiv_replays_skipped",
+                "Re-delivered records whose effect was already saved",
+                worker.live.replays_skipped,
+            ),
             ("kdiv_bad_incident_records", "Unreadable records in the incidents topic", stats.bad_incident_records),
             ("kdiv_schema_checked_records", "Framed records whose schema id was checked", stats.schema_checked_records),
-            ("kdiv_schema_unchecked_records", "Framed records left unchecked: the registry could not answer",
-             stats.schema_unchecked_records),
+            (
+                "kdiv_schema_unchecked_records",
+                "Framed records left unchecked: the registry could not answer",
+                stats.schema_unchecked_records,
+            ),
             ("kdiv_schema_registry_requests", "Requests to the Schema Registry", worker.lookups.stats.requests),
-            ("kdiv_schema_registry_failures", "Registry requests without a usable answer", worker.lookups.stats.failures),
-            ("kdiv_state_schema_repairs", "State schemas registered under their changelog subject by kdiv",
-             worker.state_check.repairs),
-            ("kdiv_restore_records", "Changelog records applied to the state store (restores and standbys)",
-             worker.restore.totals.records),
+            (
+                "kdiv_schema_registry_failures",
+                "Registry requests without a usable answer",
+                worker.lookups.stats.failures,
+            ),
+            (
+                "kdiv_state_schema_repairs",
+                "State schemas registered under their changelog subject by kdiv",
+                worker.state_check.repairs,
+            ),
+            (
+                "kdiv_restore_records",
+                "Changelog records applied to the state store (restores and standbys)",
+                worker.restore.totals.records,
+            ),
             ("kdiv_restore_batches", "Changelog batches applied to the state store", worker.restore.totals.batches),
-            ("kdiv_restores_completed", "Changelog partitions whose active restore completed",
-             worker.restore.totals.completed),
+            (
+                "kdiv_restores_completed",
+                "Changelog partitions whose active restore completed",
+                worker.restore.totals.completed,
+            ),
         ):
             counter = CounterMetricFamily(name, help_text)
             counter.add_metric([], value)
@@ -78,14 +100,26 @@ class WorkerCollector:
             ("kdiv_recovery_in_progress", "1 while tables are being restored", int(recovery["in_progress"])),
             ("kdiv_recovery_active_remaining", "Changelog records left to restore", recovery["active_remaining"]),
             ("kdiv_recovery_standby_remaining", "Changelog records standbys are behind", recovery["standby_remaining"]),
-            ("kdiv_restore_last_duration_seconds", "Duration of the last completed partition restore",
-             worker.restore.totals.last_duration_ms / 1000),
-            ("kdiv_restores_in_progress", "Changelog partitions being restored or replicated now",
-             len(worker.restore.active)),
-            ("kdiv_state_schema_findings", "Open SUBJECT_MISMATCH / SCHEMA_UNKNOWN findings in the state",
-             len(worker.state_check.open)),
-            ("kdiv_schema_registry_available", "0 while the registry is backed off after a failure",
-             int(worker.lookups.available)),
+            (
+                "kdiv_restore_last_duration_seconds",
+                "Duration of the last completed partition restore",
+                worker.restore.totals.last_duration_ms / 1000,
+            ),
+            (
+                "kdiv_restores_in_progress",
+                "Changelog partitions being restored or replicated now",
+                len(worker.restore.active),
+            ),
+            (
+                "kdiv_state_schema_findings",
+                "Open SUBJECT_MISMATCH / SCHEMA_UNKNOWN findings in the state",
+                len(worker.state_check.open),
+            ),
+            (
+                "kdiv_schema_registry_available",
+                "0 while the registry is backed off after a failure",
+                int(worker.lookups.available),
+            ),
         ):
             gauge = GaugeMetricFamily(name, help_text)
             gauge.add_metric([], value)

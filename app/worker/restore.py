@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import faust
 from faust.types import TP
+
 from kdiv.state.framing import schema_id_of
 
 log = logging.getLogger("kdiv.restore")
@@ -52,14 +53,20 @@ class RestoreListener:
     new_ids: bool = False
     unframed: int = 0
 
-    def on_record(self, changelog: str, partition: int, offset: int, value: bytes | None,
-                  highwater: int | None) -> None:
+    def on_record(
+        self, changelog: str, partition: int, offset: int, value: bytes | None, highwater: int | None
+    ) -> None:
         tp = (changelog, partition)
         restore = self.active.get(tp)
         if restore is None:
             restore = self.active[tp] = PartitionRestore(changelog, partition, self.clock(), offset, highwater)
-            log.info("restore start: %s[%d] from offset %d to %s", changelog, partition, offset,
-                     "the end" if highwater is None else highwater)
+            log.info(
+                "restore start: %s[%d] from offset %d to %s",
+                changelog,
+                partition,
+                offset,
+                "the end" if highwater is None else highwater,
+            )
         restore.records += 1
         restore.last_offset = offset
         if value is None:
@@ -80,8 +87,13 @@ class RestoreListener:
             restore = self.active.get((changelog, partition))
             if restore is not None:
                 restore.batches += 1
-                log.debug("restore batch: %s[%d] up to offset %d, %d records so far",
-                          changelog, partition, restore.last_offset, restore.records)
+                log.debug(
+                    "restore batch: %s[%d] up to offset %d, %d records so far",
+                    changelog,
+                    partition,
+                    restore.last_offset,
+                    restore.records,
+                )
 
     def on_end(self, changelog: str, partitions: Iterable[int]) -> list[PartitionRestore]:
         """Active recovery of these changelog partitions completed."""
@@ -94,8 +106,15 @@ class RestoreListener:
             duration = now - restore.started_ms
             self.totals.completed += 1
             self.totals.last_duration_ms = duration
-            log.info("restore end: %s[%d] %d records (offsets %d..%d) in %.3f s", changelog, partition,
-                     restore.records, restore.start_offset, restore.last_offset, duration / 1000)
+            log.info(
+                "restore end: %s[%d] %d records (offsets %d..%d) in %.3f s",
+                changelog,
+                partition,
+                restore.records,
+                restore.start_offset,
+                restore.last_offset,
+                duration / 1000,
+            )
             ended.append(restore)
         return ended
 

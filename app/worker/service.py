@@ -27,6 +27,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.streams import _current_event
 from faust.types import TP, EventT
+
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
 from kdiv.div.record import ConsumedRecord
@@ -102,8 +103,9 @@ class WorkerStats:
 
 
 class ValidationWorker:
-    def __init__(self, app: faust.App, settings: Settings, cluster: ClusterView, state_schema_id: int,
-                 clock=wall_clock_ms) -> None:
+    def __init__(
+        self, app: faust.App, settings: Settings, cluster: ClusterView, state_schema_id: int, clock=wall_clock_ms
+    ) -> None:
         self.app = app
         self.settings = settings
         self.cluster = cluster
@@ -127,8 +129,9 @@ class ValidationWorker:
         self.tables = {n: self._state_table(table_name(n), n) for n in cluster.partition_counts}
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
         self.ledger_tables = {n: self._state_table(ledger_table_name(n), n) for n in ledger_partition_counts(cluster)}
-        self._ledger_of_topic = {t.name: self.ledger_tables[t.partitions] for t in cluster.topics
-                                 if t.compaction_lag_ms is not None}
+        self._ledger_of_topic = {
+            t.name: self.ledger_tables[t.partitions] for t in cluster.topics if t.compaction_lag_ms is not None
+        }
         self._changelogs = state_changelogs(settings.app_id, cluster)
         self.recent = RecentIncidents(settings.recent_incidents)
         self.runs = FaultRunLog(log)
@@ -187,7 +190,9 @@ class ValidationWorker:
             if self.restore.new_ids:
                 self.restore.new_ids = False
                 for changelog in self._changelogs:
-                    await self._report_state_findings(await self.state_check.check(changelog, self.restore.first_offsets(changelog)))
+                    await self._report_state_findings(
+                        await self.state_check.check(changelog, self.restore.first_offsets(changelog))
+                    )
             now = self.clock() / 1000
             if self.state_check.open and now - last_recheck >= recheck_s:
                 last_recheck = now
@@ -196,8 +201,20 @@ class ValidationWorker:
     async def _report_state_findings(self, findings: list[StateFinding]) -> None:
         now = self.clock()
         incidents = [
-            schema_incident(f.changelog, f.partition, f.first_offset, "value", f.schema_id, f.verdict, f.expected_subject,
-                            f.registered_subjects, f.detail, -1, now, resolved_at_ms=now if f.resolved else None)
+            schema_incident(
+                f.changelog,
+                f.partition,
+                f.first_offset,
+                "value",
+                f.schema_id,
+                f.verdict,
+                f.expected_subject,
+                f.registered_subjects,
+                f.detail,
+                -1,
+                now,
+                resolved_at_ms=now if f.resolved else None,
+            )
             for f in findings
         ]
         await self._send_incidents(incidents)
@@ -212,8 +229,9 @@ class ValidationWorker:
 
     # -- watched topics' schemas -------------------------------------------------------------
 
-    async def _judge_schemas(self, framed: dict[tuple[str, int, str, int], list[int]],
-                             pending: dict[tuple[str, int], list[Incident]]) -> None:
+    async def _judge_schemas(
+        self, framed: dict[tuple[str, int, str, int], list[int]], pending: dict[tuple[str, int], list[Incident]]
+    ) -> None:
         """Incidents for framed records whose schema id is unknown or under another subject.
 
         `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
@@ -237,12 +255,26 @@ class ValidationWorker:
             if verdict is None:
                 continue
             registered = tuple(sorted(info.subjects)) if info else ()
-            detail = (f"{message_field} schema id {schema_id} is unknown to the registry" if info is None else
-                      f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
-                      f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}")
+            detail = (
+                f"{message_field} schema id {schema_id} is unknown to the registry"
+                if info is None
+                else f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
+                f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}"
+            )
             pending.setdefault((topic, partition), []).append(
-                schema_incident(topic, partition, offset, message_field, schema_id, verdict, expected, registered,
-                                detail, timestamp, now)
+                schema_incident(
+                    topic,
+                    partition,
+                    offset,
+                    message_field,
+                    schema_id,
+                    verdict,
+                    expected,
+                    registered,
+                    detail,
+                    timestamp,
+                    now,
+                )
             )
 
     def lag(self, topic: str, partition: int) -> int | None:
@@ -288,8 +320,12 @@ class ValidationWorker:
             self.live.load_many(wanted, self.tables[n].items())
             self.load_errors_seen += len(self.live.load_errors)
             for error in self.live.load_errors:
-                log.error("unreadable state %r in table %s: %s; that producer starts afresh",
-                          error.key, table_name(n), error.reason)
+                log.error(
+                    "unreadable state %r in table %s: %s; that producer starts afresh",
+                    error.key,
+                    table_name(n),
+                    error.reason,
+                )
             self.live.load_errors.clear()
 
     # -- validation --------------------------------------------------------------------------
@@ -330,14 +366,22 @@ class ValidationWorker:
         self.stats.batches += 1
 
     def _note_framing(self, record: ConsumedRecord, framed: dict) -> None:
-        parts = (("value", record.value), ("key", record.key)) if self.settings.schema_check_keys else (("value", record.value),)
+        parts = (
+            (("value", record.value), ("key", record.key))
+            if self.settings.schema_check_keys
+            else (("value", record.value),)
+        )
         for message_field, raw in parts:
             schema_id = schema_id_of(raw)
             if schema_id is None:
                 continue
             seen = framed.get((record.topic, record.partition, message_field, schema_id))
             if seen is None:
-                framed[(record.topic, record.partition, message_field, schema_id)] = [record.offset, record.timestamp, 1]
+                framed[(record.topic, record.partition, message_field, schema_id)] = [
+                    record.offset,
+                    record.timestamp,
+                    1,
+                ]
             else:
                 seen[2] += 1
 

@@ -42,17 +42,25 @@ class StateFinding:
     def detail(self) -> str:
         where = "the local store" if self.first_offset == LOCAL_STORE else f"offset {self.first_offset}"
         if self.verdict == SCHEMA_UNKNOWN:
-            return (f"state in {self.changelog}[{self.partition}] from {where} has schema id {self.schema_id}, "
-                    "which the registry does not know")
-        return (f"state in {self.changelog}[{self.partition}] from {where} has schema id {self.schema_id}, "
-                f"registered under {list(self.registered_subjects) or 'no subject'} but not under "
-                f"{self.expected_subject}, the subject its deserializer uses")
+            return (
+                f"state in {self.changelog}[{self.partition}] from {where} has schema id {self.schema_id}, "
+                "which the registry does not know"
+            )
+        return (
+            f"state in {self.changelog}[{self.partition}] from {where} has schema id {self.schema_id}, "
+            f"registered under {list(self.registered_subjects) or 'no subject'} but not under "
+            f"{self.expected_subject}, the subject its deserializer uses"
+        )
 
     def to_json(self) -> dict:
         return {
-            "changelog": self.changelog, "partition": self.partition, "schema_id": self.schema_id,
-            "class": self.verdict, "expected_subject": self.expected_subject,
-            "registered_subjects": list(self.registered_subjects), "first_offset": self.first_offset,
+            "changelog": self.changelog,
+            "partition": self.partition,
+            "schema_id": self.schema_id,
+            "class": self.verdict,
+            "expected_subject": self.expected_subject,
+            "registered_subjects": list(self.registered_subjects),
+            "first_offset": self.first_offset,
             "detail": self.detail,
         }
 
@@ -82,8 +90,11 @@ class StateSchemaCheck:
                     await self.sleep(self.retry_s)
                     continue
                 if text is None:
-                    log.error("state written with schema id %d, which the registry does not know: "
-                              "those values are unreadable", schema_id)
+                    log.error(
+                        "state written with schema id %d, which the registry does not know: "
+                        "those values are unreadable",
+                        schema_id,
+                    )
                     break
                 self.values.add_writer_schema(schema_id, text)
 
@@ -103,8 +114,9 @@ class StateSchemaCheck:
             verdict = judge(info, expected)
             if verdict is None:
                 continue
-            finding = StateFinding(changelog, partition, schema_id, verdict, expected,
-                                   tuple(sorted(info.subjects)) if info else (), offset)
+            finding = StateFinding(
+                changelog, partition, schema_id, verdict, expected, tuple(sorted(info.subjects)) if info else (), offset
+            )
             log.error("%s: %s", verdict, finding.detail)
             self.open[(changelog, schema_id)] = finding
             found.append(finding)
@@ -120,8 +132,12 @@ class StateSchemaCheck:
             log.error("repair of schema id %d under %s failed: %s", finding.schema_id, finding.expected_subject, failed)
             return False
         self.repairs += 1
-        log.warning("repaired: schema id %d registered under %s (the registry answered id %d)",
-                    finding.schema_id, finding.expected_subject, registered)
+        log.warning(
+            "repaired: schema id %d registered under %s (the registry answered id %d)",
+            finding.schema_id,
+            finding.expected_subject,
+            registered,
+        )
         self.lookups.forget_subjects(finding.schema_id)
         return True
 
@@ -138,14 +154,16 @@ class StateSchemaCheck:
                 finding.resolved = True
                 finding.registered_subjects = tuple(sorted(info.subjects))
                 del self.open[key]
-                log.warning("resolved: schema id %d is now registered under %s", finding.schema_id,
-                            finding.expected_subject)
+                log.warning(
+                    "resolved: schema id %d is now registered under %s", finding.schema_id, finding.expected_subject
+                )
                 resolved.append(finding)
         return resolved
 
 
-async def register_state_schema(registry: SchemaRegistry, changelogs: list[str], *, retry_s: float = 2.0,
-                                sleep: Callable = asyncio.sleep) -> int:
+async def register_state_schema(
+    registry: SchemaRegistry, changelogs: list[str], *, retry_s: float = 2.0, sleep: Callable = asyncio.sleep
+) -> int:
     """Register the state schema under each changelog's subject, waiting out outages; the id.
 
     A registry hands out one id per schema, so every subject gets the same one; a registry

@@ -14,10 +14,11 @@ from http import HTTPStatus
 
 from aiohttp import ClientError, ClientTimeout, web
 from faust.web import Request, Response, View
+from yarl import URL
+
 from kdiv.div.segment import SegmentStatus
 from kdiv.worker import metrics
 from kdiv.worker.webauth import authorization_header, bearer_token_middleware
-from yarl import URL
 
 log = logging.getLogger("kdiv.views")
 
@@ -87,28 +88,28 @@ class Views:
         urls = {URL(str(url)) for url in self.app.assignor.external_topics_metadata()}
         return sorted((u for u in urls if (u.host, u.port) != (me.host, me.port)), key=str)
 
-    def _owner_of(self, topic: str, partition: int) -> URL | None:
+    def owner_of(self, topic: str, partition: int) -> URL | None:
         for url, topics in self.app.assignor.external_topics_metadata().items():
             if partition in topics.get(topic, ()):
                 return URL(str(url))
         return None
 
-    async def _ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
+    async def ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
         target = url.with_path(request.path).with_query({**request.query, "scope": LOCAL})
         try:
             async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT, headers=self._peer_headers) as response:
                 if response.status != 200:
                     return url, None
                 return url, await response.json()
-        except (ClientError, asyncio.TimeoutError, ValueError) as bad:
+        except (TimeoutError, ClientError, ValueError) as bad:
             log.warning("worker %s did not answer %s: %s", url, request.path, bad)
             return url, None
 
-    async def _gather(self, request: Request, local: list[dict]) -> dict:
+    async def gather(self, request: Request, local: list[dict]) -> dict:
         """Local items plus every peer's, unless this is itself a peer's request."""
         if request.query.get("scope") == LOCAL:
             return {"items": local}
-        answers = await asyncio.gather(*(self._ask(url, request) for url in self._peer_urls()))
+        answers = await asyncio.gather(*(self.ask(url, request) for url in self._peer_urls()))
         items = list(local)
         unavailable = []
         for url, answer in answers:
@@ -158,10 +159,11 @@ class Views:
         topic = request.query.get("topic")
         verdict = request.query.get("class")
         matching = [
-            i for i in self.worker.recent.newest_first()
+            i
+            for i in self.worker.recent.newest_first()
             if (topic is None or i.topic == topic) and (verdict is None or i.verdict == verdict)
         ]
-        page = matching[offset:offset + limit]
+        page = matching[offset : offset + limit]
         return {
             "items": [i.to_json() for i in page],
             "total": len(matching),
@@ -174,10 +176,15 @@ class Views:
         recovery = self.worker.recovery_status()
         parts = self.worker.live.validator.partitions
         failed = [{"topic": t, "partition": p} for (t, p), part in sorted(parts.items()) if part.push_failed]
-        assigned = sorted(
-            (tp.topic, tp.partition) for tp in self.app.consumer.assignment()
-            if self.worker.cluster.topic(tp.topic) is not None
-        ) if self.app.consumer is not None else []
+        assigned = (
+            sorted(
+                (tp.topic, tp.partition)
+                for tp in self.app.consumer.assignment()
+                if self.worker.cluster.topic(tp.topic) is not None
+            )
+            if self.app.consumer is not None
+            else []
+        )
         # While tables recover, assigned partitions not yet loaded are still being restored;
         # afterwards a partition's state loads with its first record, so idle ones are ready.
         restoring = recovery["in_progress"]
@@ -234,7 +241,7 @@ def register_views(app, worker) -> Views:
     class ProducersView(View):
         async def get(self, request: Request) -> Response:
             try:
-                return self.json(await views._gather(request, views.producers(request)))
+                return self.json(await views.gather(request, views.producers(request)))
             except BadRequest as bad:
                 return error(self, 400, str(bad))
 
@@ -242,7 +249,7 @@ def register_views(app, worker) -> Views:
     class ProducerView(View):
         async def get(self, request: Request, guid: str) -> Response:
             try:
-                answer = await views._gather(request, views.producers(request, guid))
+                answer = await views.gather(request, views.producers(request, guid))
             except BadRequest as bad:
                 return error(self, 400, str(bad))
             if request.query.get("scope") != LOCAL and not answer["items"]:
@@ -252,7 +259,7 @@ def register_views(app, worker) -> Views:
     @app.page("/partitions/")
     class PartitionsView(View):
         async def get(self, request: Request) -> Response:
-            return self.json(await views._gather(request, views.partitions(request)))
+            return self.json(await views.gather(request, views.partitions(request)))
 
     @app.page("/partitions/{topic}/{partition}/")
     class PartitionView(View):
@@ -264,10 +271,14 @@ def register_views(app, worker) -> Views:
             part = views.worker.live.validator.partitions.get((topic, number))
             if part is not None:
                 return self.json(partition_json(views.worker, topic, number, part))
-            owner = views._owner_of(topic, number)
+            owner = views.owner_of(topic, number)
             me = URL(str(views.app.conf.canonical_url))
-            if owner is not None and (owner.host, owner.port) != (me.host, me.port) and request.query.get("scope") != LOCAL:
-                _url, answer = await views._ask(owner, request)
+            if (
+                owner is not None
+                and (owner.host, owner.port) != (me.host, me.port)
+                and request.query.get("scope") != LOCAL
+            ):
+                _url, answer = await views.ask(owner, request)
                 if answer is not None:
                     return self.json(answer)
                 return error(self, 503, f"{topic}[{number}] is owned by {owner}, which did not answer")
@@ -293,4 +304,3 @@ def register_views(app, worker) -> Views:
             return self.bytes(metrics.render(views.worker), content_type=metrics.CONTENT_TYPE)
 
     return views
-

@@ -26,14 +26,27 @@ class DevRegistryProcess:
 
     def start(self, timeout_s: float = 30.0) -> DevRegistryProcess:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kdiv.cli", "registry", "--bootstrap", self.bootstrap,
-             "--port", str(self.port), "--topic", self.topic],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                "-m",
+                "kdiv.cli",
+                "registry",
+                "--bootstrap",
+                self.bootstrap,
+                "--port",
+                str(self.port),
+                "--topic",
+                self.topic,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"dev registry exited {self.process.returncode}: {self.process.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(
+                    f"dev registry exited {self.process.returncode}: {self.process.stderr.read().decode()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/subjects", timeout=1):
                     return self

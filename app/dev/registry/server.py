@@ -18,12 +18,13 @@ import logging
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.kafka.consume import read_snapshot
 from kdiv.registry.schemaslog import (
     LEVELS,
-    SchemaLogState,
     RegistryRequestError,
+    SchemaLogState,
     encode_record,
 )
 from kdiv.writer import new_producer
@@ -50,11 +51,17 @@ class DevRegistry:
         async for record in read_snapshot(self.bootstrap, self.topic, security=self.security):
             self.state.apply(record.key, record.value)
             replayed += 1
-        self._producer = new_producer(self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry")
+        self._producer = new_producer(
+            self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry"
+        )
         await self._producer.start()
         log.info(
             "dev registry: %d records replayed from %s: %d schemas, %d subjects (%d records not used)",
-            replayed, self.topic, len(self.state.schemas), len(self.state.subjects), self.state.ignored_records,
+            replayed,
+            self.topic,
+            len(self.state.schemas),
+            len(self.state.subjects),
+            self.state.ignored_records,
         )
 
     async def stop(self) -> None:
@@ -70,7 +77,9 @@ class DevRegistry:
             if self.topic in await admin.list_topics():
                 return
             # As Confluent creates it: one partition (one order), compacted (latest per key).
-            topic = NewTopic(self.topic, num_partitions=1, replication_factor=1, topic_configs={"cleanup.policy": "compact"})
+            topic = NewTopic(
+                self.topic, num_partitions=1, replication_factor=1, topic_configs={"cleanup.policy": "compact"}
+            )
             response = await admin.create_topics([topic])
             for name, code, *rest in response.topic_errors:
                 if code not in (0, 36):  # 36: created meanwhile
@@ -134,7 +143,12 @@ class DevRegistry:
         subject = request.match_info["subject"]
         number, entry = self.state.version(subject, request.match_info["version"])
         return _json(
-            {"subject": subject, "version": number, "id": entry.schema_id, "schema": self.state.schemas[entry.schema_id]}
+            {
+                "subject": subject,
+                "version": number,
+                "id": entry.schema_id,
+                "schema": self.state.schemas[entry.schema_id],
+            }
         )
 
     async def subject_version_schema(self, request: web.Request) -> web.Response:
@@ -193,7 +207,9 @@ class DevRegistry:
         subject = request.match_info.get("subject")
         if subject is not None and subject not in self.state.levels:
             if not _flag(request, "defaultToGlobal"):
-                raise RegistryRequestError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility configured")
+                raise RegistryRequestError(
+                    404, 40408, f"Subject '{subject}' does not have subject-level compatibility configured"
+                )
         return _json({"compatibilityLevel": self.state.level(subject)})
 
     async def put_level(self, request: web.Request) -> web.Response:
@@ -259,7 +275,9 @@ async def _body(request: web.Request) -> dict:
 def _schema_text(body: dict) -> str:
     schema_type = body.get("schemaType", "AVRO")
     if schema_type != "AVRO":
-        raise RegistryRequestError(422, 42201, f"Invalid schema: the development registry stores Avro only, not {schema_type}")
+        raise RegistryRequestError(
+            422, 42201, f"Invalid schema: the development registry stores Avro only, not {schema_type}"
+        )
     if body.get("references"):
         raise RegistryRequestError(422, 42201, "Invalid schema: the development registry does not resolve references")
     schema = body.get("schema")
@@ -268,8 +286,9 @@ def _schema_text(body: dict) -> str:
     return schema
 
 
-async def serve(bootstrap: str, host: str, port: int, topic: str = SCHEMAS_TOPIC,
-                security: KafkaSecurity = PLAINTEXT) -> None:
+async def serve(
+    bootstrap: str, host: str, port: int, topic: str = SCHEMAS_TOPIC, security: KafkaSecurity = PLAINTEXT
+) -> None:
     """Run until cancelled."""
     registry = DevRegistry(bootstrap, topic, security)
     await registry.start()

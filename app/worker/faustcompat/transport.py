@@ -39,6 +39,7 @@ from contextlib import aclosing
 import faust.transport.drivers as drivers
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
+
 from kdiv.kafka.tansu import end_offsets
 
 KAFKA_SCHEME = "kdiv"
