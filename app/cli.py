@@ -297,10 +297,6 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
     sys.exit(code)
 
 
-if __name__ == "__main__":
-    main()
-
-
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.option(
     "--master",
@@ -329,3 +325,8 @@ def reconcile(master: str, spark_conf: tuple[str, ...], job_args: tuple[str, ...
         sys.exit(run(master, list(job_args), conf))
     except SubmitError as missing:
         raise click.ClickException(str(missing)) from None
+
+
+# Last, so `python -m kdiv.cli` sees every command.
+if __name__ == "__main__":
+    main()

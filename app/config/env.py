@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,14 +19,14 @@ _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]{16,}=*")
 
 
 class EnvReader:
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    def __init__(self, environ: Mapping[builtins.str, builtins.str]) -> None:
         self._environ = environ
 
-    def str(self, name: str, default: str) -> str:
+    def str(self, name: builtins.str, default: builtins.str) -> builtins.str:
         value = self._environ.get(PREFIX + name, "").strip()
         return value or default
 
-    def int(self, name: str, default: int, *, minimum: int) -> int:
+    def int(self, name: builtins.str, default: builtins.int, *, minimum: builtins.int) -> builtins.int:
         raw = self.str(name, "")
         if not raw:
             return default
@@ -37,7 +38,7 @@ class EnvReader:
             raise SettingsError(f"{PREFIX}{name}={value} is below {minimum}")
         return value
 
-    def float(self, name: str, default: float) -> float:
+    def float(self, name: builtins.str, default: builtins.float) -> builtins.float:
         raw = self.str(name, "")
         if not raw:
             return default
@@ -49,7 +50,7 @@ class EnvReader:
             raise SettingsError(f"{PREFIX}{name}={value} must be positive")
         return value
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
         raw = self.str(name, "").lower()
         if not raw:
             return default
@@ -59,7 +60,7 @@ class EnvReader:
             return False
         raise SettingsError(f"{PREFIX}{name}={raw!r} is not a boolean (true/false)")
 
-    def web_token(self, name: str) -> str:
+    def web_token(self, name: builtins.str) -> builtins.str:
         token = self.str(name, "")
         if token and not _TOKEN.fullmatch(token):
             raise SettingsError(
@@ -67,13 +68,13 @@ class EnvReader:
             )
         return token
 
-    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+    def choice(self, name: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str) -> builtins.str:
         value = self.str(name, default)
         if value not in choices:
             raise SettingsError(f"{PREFIX}{name}={value!r} is not one of {', '.join(choices)}")
         return value
 
-    def file(self, name: str) -> Path | None:
+    def file(self, name: builtins.str) -> Path | None:
         raw = self.str(name, "")
         if not raw:
             return None
@@ -82,9 +83,9 @@ class EnvReader:
             raise SettingsError(f"{PREFIX}{name}={raw}: no such file")
         return path
 
-    def mapping(self, name: str, parse, expected: str) -> dict[str, object]:
+    def mapping(self, name: builtins.str, parse, expected: builtins.str) -> dict[builtins.str, object]:
         """ "orders=record,*=topic" or a bare value for every topic."""
-        found: dict[str, object] = {}
+        found: dict[builtins.str, object] = {}
         for item in (part.strip() for part in self.str(name, "").split(",")):
             if not item:
                 continue
@@ -95,10 +96,10 @@ class EnvReader:
             found[topic.strip() if sep else "*"] = value
         return found
 
-    def compaction_lags(self, name: str) -> dict[str, int]:
+    def compaction_lags(self, name: builtins.str) -> dict[builtins.str, builtins.int]:
         """ "orders=3600000,*=0" or a bare number for every topic."""
         raw = self.str(name, "")
-        lags: dict[str, int] = {}
+        lags: dict[builtins.str, builtins.int] = {}
         for item in (part.strip() for part in raw.split(",")):
             if not item:
                 continue

@@ -1,0 +1,5 @@
+"""`python -m kdiv`: the kdiv command."""
+
+from kdiv.cli import main
+
+main()
