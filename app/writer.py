@@ -23,16 +23,16 @@ from kdiv.clock import wall_clock_ms
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord
 from kdiv.div.wire import ChecksumType, Kind
-
-
-def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT, **options) -> AIOKafkaProducer:
-    """The producer `DivWriter.start` writes with, not started: every record acknowledged by all replicas."""
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, **{"acks": "all", "linger_ms": 5, **security.aiokafka_kwargs(), **options}
-    )
+from kdiv.kafka.produce import new_producer
 
 
 class DivWriter:
+    """Sends records stamped with DIV metadata, and the segment and push control records around them.
+
+    One writer is one producer GUID: its segments and sequence numbers are what validators
+    downstream check, so every record of the producer must go through it.
+    """
+
     def __init__(
         self,
         producer: AIOKafkaProducer,
@@ -77,15 +77,18 @@ class DivWriter:
 
     @property
     def guid(self) -> bytes:
+        """This producer's GUID, as validators report it."""
         return self.stamper.guid
 
     async def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions as the producer's metadata knows them; LookupError if none."""
         found = await self.producer.partitions_for(topic)
         if not found:
             raise LookupError(f"topic {topic!r} has no partitions the producer can see")
         return sorted(found)
 
     async def partition_for(self, topic: str, key: bytes | None) -> int:
+        """Kafka's murmur2 partition for a key, round robin without one (decided before stamping)."""
         partitions = await self.partitions(topic)
         if key is None:
             cycle = self._round_robin.get(topic)
@@ -112,6 +115,7 @@ class DivWriter:
             return await self._enqueue(records)
 
     async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, **kwargs):
+        """`send`, then wait until the broker has acknowledged the record."""
         return await (await self.send(topic, value, key, **kwargs))
 
     async def start_push(self, topic: str) -> None:
@@ -124,14 +128,17 @@ class DivWriter:
         await self.end_segments(topic, final=True)
 
     async def end_segment(self, topic: str, partition: int, final: bool = True) -> None:
+        """END_OF_SEGMENT with the segment's checksum; the next record opens a new segment."""
         async with self._lock(topic, partition):
             await self._enqueue(self.stamper.end_segment(topic, partition, final, self.clock_ms()))
 
     async def end_segments(self, topic: str | None = None, *, final: bool = True) -> None:
+        """End every open segment (of one topic, or of all)."""
         for tp_topic, partition in self.stamper.open_partitions(topic):
             await self.end_segment(tp_topic, partition, final)
 
     async def flush(self) -> None:
+        """Wait until every record sent so far is acknowledged."""
         await self.producer.flush()
 
     async def close(self) -> None:

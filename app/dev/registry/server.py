@@ -21,13 +21,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.kafka.consume import read_snapshot
+from kdiv.kafka.produce import new_producer
 from kdiv.registry.schemaslog import (
     LEVELS,
     RegistryRequestError,
     SchemaLogState,
     encode_record,
 )
-from kdiv.writer import new_producer
 
 log = logging.getLogger("kdiv.registry")
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
