@@ -44,13 +44,22 @@ def admin_client(bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> AIOKafk
 
 
 async def ensure_topic(
-    bootstrap: str, topic: str, partitions: int, security: KafkaSecurity = PLAINTEXT, replication_factor: int = 1
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    security: KafkaSecurity = PLAINTEXT,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
 ) -> None:
     admin = admin_client(bootstrap, security)
     await admin.start()
     try:
         response = await admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)]
+            [
+                NewTopic(
+                    topic, num_partitions=partitions, replication_factor=replication_factor, topic_configs=config or {}
+                )
+            ]
         )
         for name, code, *rest in response.topic_errors:
             if code and for_code(code) is not TopicAlreadyExistsError:

@@ -120,7 +120,9 @@ class PartitionTracker:
 
     def _initialize_new_segment(self, h: DivHeader, eop: bool, tolerate_any: bool) -> Segment:
         registered = h.kind == Kind.START_OF_SEGMENT
-        segment = Segment(h.segment, h.seq, h.checksum_type if registered else ChecksumType.NONE)
+        # A START_OF_SEGMENT header always carries its checksum type.
+        checksum_type = h.checksum_type if registered and h.checksum_type is not None else ChecksumType.NONE
+        segment = Segment(h.segment, h.seq, checksum_type)
         segment.last_producer_ts = h.producer_ts
         # Stored before the possible raise below, so the producer's next record validates
         # against it instead of being reported unregistered again.
@@ -182,7 +184,7 @@ class PartitionTracker:
         if not s.registered:
             # The segment's start was not seen, so its checksum is unusable.
             if kind == Kind.END_OF_SEGMENT:
-                s.end(h.final_segment)
+                s.end(bool(h.final_segment))
             return
         if kind != Kind.END_OF_SEGMENT:
             try:
@@ -193,12 +195,12 @@ class PartitionTracker:
             return
         final = s.final_checksum()
         if final is None or final == h.segment_checksum or tolerate():
-            s.end(h.final_segment)
+            s.end(bool(h.final_segment))
             return
         if eop:
             # End the segment first, so that the producer's next START_OF_SEGMENT is not
             # reported MISSING.
-            s.end(h.final_segment)
+            s.end(bool(h.final_segment))
         raise CorruptData(
             f"segment {s.segment_number} ADHASH {final:016x} differs from {h.segment_checksum:016x} "
             f"in its END_OF_SEGMENT: a record of the segment was lost or altered"

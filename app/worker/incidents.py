@@ -13,6 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import cast
 
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
@@ -131,7 +132,8 @@ def incident_for(result: ValidationResult, detected_at_ms: int) -> Incident | No
     if result.guid is None:
         producer, segment, seq = NO_PRODUCER, -1, record.offset
     else:
-        producer, segment, seq = result.guid.hex(), result.segment, result.seq
+        # A result that names its producer names its segment and seq too.
+        producer, segment, seq = result.guid.hex(), cast(int, result.segment), cast(int, result.seq)
     return Incident(
         topic=record.topic,
         partition=record.partition,

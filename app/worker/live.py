@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from kdiv.div.ledger import KeyValidation, key_validation_of, ledger_key
 from kdiv.div.record import ConsumedRecord
@@ -130,9 +131,9 @@ class LiveValidation:
             if (state_key.guid is None) != isinstance(state, PartitionValidation):
                 self.load_errors.append(LoadError(key, f"holds a {type(state).__name__}, not what its key names"))
             elif state_key.guid is None:
-                parts[tp] = state
+                parts[tp] = cast(PartitionValidation, state)
             else:
-                producers[tp][state_key.guid] = state
+                producers[tp][state_key.guid] = cast(Segment, state)
         for tp in wanted:
             part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
             self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
@@ -173,7 +174,7 @@ class LiveValidation:
             # Replays too: a crash may have saved the partition state but not the ledger
             # entry (another changelog), and the entry of a replay is the same entry.
             entry = key_validation_of(record)
-            if entry is not None:
+            if entry is not None and record.key is not None:
                 self._ledger.setdefault(tp, {})[record.key] = entry
         if record.offset <= part.last_offset:
             guid, _kind = _producer_of(record)

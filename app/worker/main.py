@@ -13,6 +13,7 @@ from kdiv.config.settings import Settings
 from kdiv.kafka.discovery import discover, run_in_own_loop
 from kdiv.registry.client import SchemaRegistry
 from kdiv.state.tables import state_changelogs
+from kdiv.worker.faustcompat import check_versions
 from kdiv.worker.service import build_app
 from kdiv.worker.statecheck import register_state_schema
 
@@ -25,6 +26,8 @@ async def _register(settings: Settings, changelogs: list[str]) -> int:
         await registry.close()
 
 
+# Before anything else: kdiv corrects Faust internals only of the releases it was tested with.
+check_versions()
 settings = Settings.from_env(os.environ)
 cluster = run_in_own_loop(discover(settings))
 state_schema_id = run_in_own_loop(_register(settings, state_changelogs(settings.app_id, cluster)))

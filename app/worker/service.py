@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
-from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from faust.streams import _current_event
 from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
@@ -45,6 +43,9 @@ from kdiv.state.tables import (
 )
 from kdiv.state.values import StateValues
 from kdiv.worker.credentials import faust_credentials
+from kdiv.worker.faustcompat.batches import attach_batch_handler
+from kdiv.worker.faustcompat.internals import changelog_highwater, recovery_status, restored_partitions
+from kdiv.worker.faustcompat.tables import writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url
 from kdiv.worker.incidents import (
     FaultRunLog,
@@ -59,37 +60,6 @@ from kdiv.worker.statecheck import LOCAL_STORE, StateFinding, StateSchemaCheck
 from kdiv.worker.views import register_views
 
 log = logging.getLogger("kdiv.worker")
-
-
-def record_of_message(message) -> ConsumedRecord:
-    """A Faust message as the validator takes it (Faust keeps timestamps in seconds)."""
-    headers = message.headers or ()
-    if isinstance(headers, dict):
-        headers = headers.items()
-    return ConsumedRecord(
-        message.topic,
-        message.partition,
-        message.offset,
-        round(message.timestamp * 1000) if message.timestamp is not None else -1,
-        message.key,
-        message.value,
-        tuple((name if isinstance(name, str) else name.decode(), value) for name, value in headers),
-    )
-
-
-@contextmanager
-def writing_for(event: EventT):
-    """Make `event` Faust's current event while writing a unit of state.
-
-    Faust's Table picks the changelog and RocksDB partition from the current event; units
-    are written after their batch (or before a push marker), so name the event whose
-    source partition the unit belongs to.
-    """
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
 
 
 @dataclass
@@ -139,23 +109,32 @@ class ValidationWorker:
         self.load_errors_seen = 0
         self._schema_judged: set[tuple[str, int, str, int]] = set()
         self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
+        self.topics = frozenset(t.name for t in cluster.topics)
+        # Validated, not yet written: flushed before Faust commits (see `flush`).
+        self._pending: dict[tuple[str, int], list[Incident]] = {}
+        self._unflushed: set[tuple[str, int]] = set()
+        self._unflushed_records = 0
+        self._observed: list = []
+        self._framed: dict[tuple[str, int, str, int], list[int]] = {}
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
-        recovery = self.app.tables.recovery
 
         async def on_changelog_event(event: EventT) -> None:
             message = event.message
-            highwater = recovery.active_highwaters.get(message.tp)
+            highwater = changelog_highwater(self.app, message.tp)
             self.restore.on_record(message.topic, message.partition, message.offset, message.value, highwater)
 
-        table = self.app.Table(
-            name,
-            partitions=partitions,
-            key_type=bytes,
-            value_type=bytes,
-            help=f"kdiv validator {name} of the watched topics with {partitions} partitions",
-            on_changelog_event=on_changelog_event,
+        table = cast(
+            StateTable,
+            self.app.Table(
+                name,
+                partitions=partitions,
+                key_type=bytes,
+                value_type=bytes,
+                help=f"kdiv validator {name} of the watched topics with {partitions} partitions",
+                on_changelog_event=on_changelog_event,
+            ),
         )
         if table.changelog_topic.get_topic_name() != changelog:
             raise RuntimeError(f"table changelog is {table.changelog_topic.get_topic_name()}, expected {changelog}")
@@ -171,8 +150,7 @@ class ValidationWorker:
 
     async def after_restore(self, table: StateTable, changelog: str) -> None:
         """Restore listener end, then the subject check of every schema id the state holds."""
-        recovery = self.app.tables.recovery
-        self.restore.on_end(changelog, changelog_partitions(recovery.actives_for_table.get(table, ()), changelog))
+        self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
         ids = self.restore.first_offsets(changelog)
         for value in table.values():
             schema_id = schema_id_of(value)
@@ -291,12 +269,8 @@ class ValidationWorker:
         return max(highwater - (part.last_offset + 1), 0)
 
     def recovery_status(self) -> dict:
-        recovery = self.app.tables.recovery
-        return {
-            "in_progress": bool(recovery.in_recovery),
-            "active_remaining": recovery.active_remaining_total(),
-            "standby_remaining": recovery.standby_remaining_total(),
-        }
+        """Whether the tables are being restored, and what is left (for /health and metrics)."""
+        return recovery_status(self.app)
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -330,38 +304,46 @@ class ValidationWorker:
 
     # -- validation --------------------------------------------------------------------------
 
-    async def process_batch(self, events: Sequence[EventT]) -> None:
+    async def process(self, batch: Mapping[TP, Sequence]) -> bool:
+        """Validate fetched records (aiokafka's, in offset order per partition); what they
+        change is written by `flush`. True when enough is pending to flush now."""
         now = self.clock()
         live = self.live
-        pending: dict[tuple[str, int], list[Incident]] = {}
-        last_event: dict[tuple[str, int], EventT] = {}
-        observed = []
-        framed: dict[tuple[str, int, str, int], list[int]] = {}
-        for event in events:
-            record = record_of_message(event.message)
-            tp = (record.topic, record.partition)
-            if record.topic in self._schema_topics:
-                self._note_framing(record, framed)
-            if not live.is_loaded(*tp):
+        pending = self._pending
+        observed = self._observed
+        for tp, records in batch.items():
+            key = (tp.topic, tp.partition)
+            if not live.is_loaded(*key):
                 self._load_assigned()
-                if not live.is_loaded(*tp):  # e.g. revoked meanwhile: its owner validates it
-                    live.load(record.topic, record.partition, self._table_of_topic[record.topic].items())
-            if live.opens_unit(record):
-                # Pending writes may predate this batch (state written again after a load):
-                # any event of the partition names it.
-                await self._write_unit(tp, last_event.get(tp, event), pending.pop(tp, []))
-            result = live.process(record, now)
-            last_event[tp] = event
-            if result is None:
-                continue
-            incident = incident_for(result, now)
-            observed.append((result, incident))
-            if incident is not None:
-                pending.setdefault(tp, []).append(incident)
-        if framed:
-            await self._judge_schemas(framed, pending)
-        for tp, event in last_event.items():
-            await self._write_unit(tp, event, pending.pop(tp, []))
+                if not live.is_loaded(*key):  # not in the assignment the consumer reports yet
+                    live.load(tp.topic, tp.partition, self._table_of_topic[tp.topic].items())
+            check_schemas = tp.topic in self._schema_topics
+            for record in records:
+                if check_schemas:
+                    self._note_framing(record, self._framed)
+                if live.opens_unit(record):
+                    # A push marker: what came before it is written before it is judged.
+                    await self._write_units([key])
+                result = live.process(record, now)
+                if result is None:
+                    continue
+                incident = incident_for(result, now)
+                observed.append((result, incident))
+                if incident is not None:
+                    pending.setdefault(key, []).append(incident)
+            self._unflushed.add(key)
+            self._unflushed_records += len(records)
+        return self._unflushed_records >= self.settings.batch_max
+
+    async def flush(self) -> None:
+        """Write everything validated since the last flush, in the crash protocol's order."""
+        if self._framed:
+            framed, self._framed = self._framed, {}
+            await self._judge_schemas(framed, self._pending)
+        await self._write_units(sorted(self._unflushed | self._pending.keys()))
+        self._unflushed.clear()
+        self._unflushed_records = 0
+        observed, self._observed = self._observed, []
         self.runs.observe(observed)
         self.stats.batches += 1
 
@@ -385,30 +367,28 @@ class ValidationWorker:
             else:
                 seen[2] += 1
 
-    async def _write_unit(self, tp: tuple[str, int], event: EventT, incidents: list[Incident]) -> None:
-        # Acknowledged before the state that accounts for them is written: a crash
-        # between the two re-emits them under the same keys, never loses them.
+    async def _write_units(self, partitions: Sequence[tuple[str, int]]) -> None:
+        # Incidents are acknowledged before the state that accounts for them is written: a
+        # crash between the two re-emits them under the same keys, never loses them.
+        incidents = [i for tp in partitions for i in self._pending.pop(tp, ())]
         await self._send_incidents(incidents)
-        ledger_writes = self.live.take_ledger_writes(*tp)
-        if ledger_writes:
-            ledger = self._ledger_of_topic[tp[0]]
-            with writing_for(event):
-                for key, value in ledger_writes:
-                    ledger[key] = value
-        writes = self.live.take_writes(*tp)
-        if writes is None:
-            return
-        table = self._table_of_topic[tp[0]]
-        with writing_for(event):
-            for key, value in writes.in_order():
-                if value is None:
-                    try:
-                        del table[key]
-                    except KeyError:
-                        pass
-                else:
-                    table[key] = value
-        self.stats.state_writes += 1
+        for topic, partition in partitions:
+            ledger_writes = self.live.take_ledger_writes(topic, partition)
+            writes = self.live.take_writes(topic, partition)
+            with writing_in_partition(topic, partition):
+                if ledger_writes:
+                    ledger = self._ledger_of_topic[topic]
+                    for key, value in ledger_writes:
+                        ledger[key] = value
+                if writes is None:
+                    continue
+                table = self._table_of_topic[topic]
+                for key, state in writes.in_order():
+                    if state is None:
+                        table.pop(key, None)
+                    else:
+                        table[key] = state
+            self.stats.state_writes += 1
 
     # -- incidents, for the views ------------------------------------------------------------
 
@@ -485,19 +465,18 @@ def build_app(settings: Settings, cluster: ClusterView, state_schema_id: int) ->
     # boot strategy's choice wins over both, so KDIV_WEB_ENABLED means what it says.
     app.boot_strategy.enable_web = settings.web_enabled
     worker = ValidationWorker(app, settings, cluster, state_schema_id)
-    source = app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes)
+    # Subscribed through Faust (assignment, commits, co-partitioned tables); the records
+    # themselves go to the worker in whole fetched batches, not through a stream.
+    app.topics.add(app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes))
+    attach_batch_handler(app, worker)
 
-    @app.agent(source, name="validate")
-    async def validate(stream):
-        async for events in stream.take_events(settings.batch_max, within=settings.batch_within_s):
-            await worker.process_batch(events)
-
-    @app.on_partitions_revoked.connect
-    async def on_revoked(sender, revoked, **kwargs):
+    # Faust sends the partitions positionally, which its signal type does not describe.
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def on_revoked(sender, revoked, **kwargs) -> None:
         worker.on_revoked(revoked)
 
-    @app.on_partitions_assigned.connect
-    async def on_assigned(sender, assigned, **kwargs):
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def on_assigned(sender, assigned, **kwargs) -> None:
         worker.on_assigned(assigned)
 
     register_views(app, worker)

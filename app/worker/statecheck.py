@@ -143,7 +143,7 @@ class StateSchemaCheck:
 
     async def recheck(self) -> list[StateFinding]:
         """Look again at open findings; the ones now resolved (removed from `open`)."""
-        resolved = []
+        resolved: list[StateFinding] = []
         for key, finding in list(self.open.items()):
             self.lookups.forget_subjects(finding.schema_id)
             try:
@@ -152,7 +152,7 @@ class StateSchemaCheck:
                 return resolved
             if judge(info, finding.expected_subject) is None:
                 finding.resolved = True
-                finding.registered_subjects = tuple(sorted(info.subjects))
+                finding.registered_subjects = tuple(sorted(info.subjects)) if info is not None else ()
                 del self.open[key]
                 log.warning(
                     "resolved: schema id %d is now registered under %s", finding.schema_id, finding.expected_subject

@@ -18,6 +18,7 @@ from yarl import URL
 
 from kdiv.div.segment import SegmentStatus
 from kdiv.worker import metrics
+from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.webauth import authorization_header, bearer_token_middleware
 
 log = logging.getLogger("kdiv.views")
@@ -85,24 +86,25 @@ class Views:
 
     def _peer_urls(self) -> list[URL]:
         me = URL(str(self.app.conf.canonical_url))
-        urls = {URL(str(url)) for url in self.app.assignor.external_topics_metadata()}
+        urls = {URL(str(url)) for url in peer_topics(self.app)}
         return sorted((u for u in urls if (u.host, u.port) != (me.host, me.port)), key=str)
 
     def owner_of(self, topic: str, partition: int) -> URL | None:
-        for url, topics in self.app.assignor.external_topics_metadata().items():
+        for url, topics in peer_topics(self.app).items():
             if partition in topics.get(topic, ()):
                 return URL(str(url))
         return None
 
     async def ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
-        target = url.with_path(request.path).with_query({**request.query, "scope": LOCAL})
+        path = request.path  # type: ignore[attr-defined]  # aiohttp's Request
+        target = url.with_path(path).with_query({**request.query, "scope": LOCAL})
         try:
             async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT, headers=self._peer_headers) as response:
                 if response.status != 200:
                     return url, None
                 return url, await response.json()
         except (TimeoutError, ClientError, ValueError) as bad:
-            log.warning("worker %s did not answer %s: %s", url, request.path, bad)
+            log.warning("worker %s did not answer %s: %s", url, request.url, bad)
             return url, None
 
     async def gather(self, request: Request, local: list[dict]) -> dict:

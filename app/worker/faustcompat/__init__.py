@@ -1,0 +1,119 @@
+"""The one place kdiv touches Faust's and aiokafka's internals, pinned to tested releases.
+
+Everything here names what Faust does that kdiv corrects or needs: exact end offsets and
+exact seeks after assignment (`transport`), the watched topics' records in whole batches
+(`batches`), table writes outside a stream (`tables`), and reads of recovery and assignment
+state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
+workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
+aiokafka names are listed in `PRIVATE_NAMES` too, so one test checks them all.
+
+`check_versions` refuses releases these were not tested with: a Faust upgrade must fail at
+start, and in the unit test of `PRIVATE_NAMES`, not silently lose records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.version import InvalidVersion, Version
+
+# (distribution, lowest tested, first untested)
+TESTED = (
+    ("faust-streaming", "0.15.3", "0.16"),
+    ("aiokafka", "0.14.0", "0.15"),
+)
+
+# Every private (or undocumented) name kdiv overrides or reads, with the parameters it
+# expects, and why: tests/unit/test_faustcompat.py checks each one exists as described.
+PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
+    (
+        "faust.transport.consumer:Consumer._drain_messages",
+        ("self", "fetcher"),
+        "replaced: the watched topics' records are taken in batches, not one Event at a time",
+    ),
+    (
+        "faust.transport.consumer:Consumer._wait_next_records",
+        ("self", "timeout"),
+        "called by the batch loop: Faust's fetch with its flow control",
+    ),
+    (
+        "faust.transport.consumer:Consumer._to_message",
+        ("self", "tp", "record"),
+        "called for records that still go through Faust (changelogs)",
+    ),
+    ("faust.transport.consumer:Consumer._add_gap", ("self", "tp", "offset_from", "offset_to"), "Faust's gap rule"),
+    ("faust.transport.consumer:Consumer._new_offset", ("self", "tp"), "overridden: commit at the flushed offset"),
+    (
+        "faust.transport.consumer:Consumer._filter_tps_with_pending_acks",
+        ("self", "topics"),
+        "overridden: flushed batches ack no Message",
+    ),
+    ("faust.transport.consumer:Consumer.wait_empty", ("self",), "overridden: revocation waits for the batch"),
+    ("faust.transport.consumer:Consumer.commit", ("self", "topics", "start_new_transaction"), "flush first"),
+    ("faust.transport.consumer:Consumer.perform_seek", ("self",), "overridden: seeks that lose nothing"),
+    ("faust.transport.consumer:Consumer._read_offset", None, "Faust's read positions, reset at seeks"),
+    ("faust.transport.consumer:Consumer._acked", None, "forgotten at seeks"),
+    ("faust.transport.consumer:Consumer._acked_index", None, "forgotten at seeks"),
+    ("faust.transport.consumer:Consumer._gap", None, "forgotten at seeks"),
+    ("faust.transport.consumer:Consumer._buffered_partitions", None, "Faust's fetch filter"),
+    (
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",
+        ("self", "consumer", "active_partitions", "timeout", "max_records"),
+        "stamped with the seek count",
+    ),
+    (
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
+        ("self", "partitions"),
+        "exact end offsets for recovery (faust 0.15 reads -1 under exactly_once)",
+    ),
+    (
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.seek_to_committed",
+        ("self",),
+        "every source partition in one step",
+    ),
+    ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._ensure_consumer", ("self",), "the aiokafka consumer"),
+    ("faust.transport.drivers.aiokafka:Consumer._getmany", ("self", "active_partitions", "timeout"), "seek count"),
+    ("faust.transport.drivers.aiokafka:Consumer._new_consumer_thread", ("self",), "kdiv's consumer thread"),
+    ("faust.streams:_current_event", None, "the partition of a table write outside a stream"),
+    ("faust.tables.recovery:Recovery.active_highwaters", None, "restore progress"),
+    ("faust.tables.recovery:Recovery.actives_for_table", None, "what a table restored"),
+    ("faust.tables.recovery:Recovery.in_recovery", None, "health"),
+    ("faust.tables.recovery:Recovery.active_remaining_total", ("self",), "health"),
+    ("faust.tables.recovery:Recovery.standby_remaining_total", ("self",), "health"),
+    ("faust.assignor.partition_assignor:PartitionAssignor.external_topics_metadata", ("self",), "owners"),
+    ("faust.tables.base:Collection.apply_changelog_batch", ("self", "batch"), "restore events"),
+    ("aiokafka.producer.sender:InitPIDHandler", None, "Tansu: InitProducerId v3 (kdiv.kafka.tansu)"),
+    ("aiokafka.producer.sender:InitPIDHandler.create_request", ("self",), "Tansu: the v3 request"),
+    ("aiokafka.producer.sender:InitPIDHandler._sender", None, "Tansu: the transaction manager's ids"),
+    ("aiokafka.producer.sender:Sender._txn_manager", None, "Tansu: the transaction manager's ids"),
+    ("aiokafka.consumer.consumer:AIOKafkaConsumer._client", None, "Tansu: Fetch-based end offsets"),
+)
+
+
+class UntestedRelease(RuntimeError):
+    """An installed Faust or aiokafka release outside the range kdiv's corrections were tested on."""
+
+
+def check_versions(installed: Callable[[str], str] = version) -> None:
+    """Raise UntestedRelease unless every pinned distribution is within its tested range."""
+    for name, lowest, first_untested in TESTED:
+        try:
+            found = installed(name)
+        except PackageNotFoundError:
+            raise UntestedRelease(
+                f"{name} is not installed; kdiv's worker needs {_range(lowest, first_untested)}"
+            ) from None
+        try:
+            tested = Version(lowest) <= Version(found) < Version(first_untested)
+        except InvalidVersion:
+            tested = False
+        if not tested:
+            raise UntestedRelease(
+                f"{name} {found} is installed, but kdiv's worker corrects its internals as tested with "
+                f"{_range(lowest, first_untested)} only (kdiv.worker.faustcompat): install that range"
+            )
+
+
+def _range(lowest: str, first_untested: str) -> str:
+    return f">={lowest},<{first_untested}"

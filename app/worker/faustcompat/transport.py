@@ -35,12 +35,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
+from typing import cast
 
 import faust.transport.drivers as drivers
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
 from kdiv.kafka.tansu import end_offsets
+from kdiv.worker.faustcompat.batches import BatchDrainConsumer
 
 KAFKA_SCHEME = "kdiv"
 TANSU_SCHEME = "kdiv-tansu"
@@ -100,7 +102,7 @@ class TansuConsumerThread(KdivConsumerThread):
     tansu = True
 
 
-class KdivConsumer(faust_aiokafka.Consumer):
+class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
     thread_class: type[KdivConsumerThread] = KdivConsumerThread
     _batch_seeks = 0
 
@@ -110,8 +112,8 @@ class KdivConsumer(faust_aiokafka.Consumer):
         return records
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
-        thread = self._thread
-        async with aclosing(super().getmany(timeout)) as batch:
+        thread = cast(KdivConsumerThread, self._thread)
+        async with aclosing(super().getmany(timeout)) as batch:  # type: ignore[type-var]
             async for tp, message in batch:
                 if thread.moved_since(tp, self._batch_seeks):
                     # Taken before a seek moved this partition: it is read again from
@@ -131,11 +133,12 @@ class KdivConsumer(faust_aiokafka.Consumer):
             # Everything after the committed offsets is read again: what was acked (or
             # taken for a gap) before counts for nothing.
             changelogs = self.app.tables.changelog_topics
-            for tp in self.assignment():
-                if tp.topic not in changelogs:
-                    self._acked.pop(tp, None)
-                    self._acked_index.pop(tp, None)
-                    self._gap.pop(tp, None)
+            sources = [tp for tp in self.assignment() if tp.topic not in changelogs]
+            for tp in sources:
+                self._acked.pop(tp, None)
+                self._acked_index.pop(tp, None)
+                self._gap.pop(tp, None)
+            self.forget_batches(sources)
         finally:
             if flowing:
                 self.resume_flow()

@@ -1,0 +1,209 @@
+"""The watched topics' records in whole fetched batches, past Faust's per-event stream.
+
+Faust hands every record to its streams one at a time: a Message, then an Event, a queue
+hand-off, an asyncio.wait over new tasks per record, and an ack. That costs about 100 us a
+record, twenty times what validating it does. kdiv keeps Faust for everything else (group
+membership, assignment, tables and their recovery, standbys, commits, the web server) and
+takes the source records straight from Faust's consumer: `BatchDrainConsumer` replaces the
+fetch loop (`Consumer._drain_messages`), gives each fetched batch of the watched topics to a
+`SourceBatchHandler` as aiokafka's own records, and passes every other record (changelogs
+being restored or kept as standbys) to Faust exactly as Faust's loop does.
+
+Commits: the handler validates in `process` and keeps what it found pending; `flush`
+writes it in the order the crash protocol needs (incidents acknowledged, then state). Only
+records flushed count as processed: `_new_offset` (what Faust commits) is the offset after
+the last flushed record, so one commit covers everything before it and no per-record
+bookkeeping is needed. Faust's commit ticks and its rebalance and shutdown path
+(`wait_empty`) flush first.
+
+Rebalances stay exact: a batch is processed and flushed under one lock, which Faust's
+revocation (through `wait_empty`) waits for, so a revoked partition is never written after
+its revocation; a batch fetched before a rebalance began (flow stopped, or another
+generation) is dropped unprocessed, and its records are fetched again from the committed
+offsets when the new assignment seeks there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from faust.types import TP
+
+
+class SourceBatchHandler(Protocol):
+    """What the fetch loop hands the watched topics' records to (the validation worker)."""
+
+    topics: frozenset[str]
+
+    async def process(self, batch: Mapping[TP, Sequence[Any]]) -> bool:
+        """Validate fetched records (aiokafka ConsumerRecords, in offset order per partition);
+        True when enough is pending that it should be flushed now."""
+        ...
+
+    async def flush(self) -> None:
+        """Write everything pending; afterwards every processed record may be committed."""
+        ...
+
+
+_HANDLER = "kdiv_batch_handler"
+
+
+def attach_batch_handler(app: Any, handler: SourceBatchHandler) -> None:
+    """Hand the app's watched-topic records to `handler` (its consumer is made later)."""
+    setattr(app, _HANDLER, handler)
+
+
+class BatchDrainConsumer:
+    """Mixin for Faust's aiokafka Consumer: the batch fetch loop and commits by flushed offset."""
+
+    _lock: asyncio.Lock | None = None
+    _lock_owner: asyncio.Task | None = None
+
+    @property
+    def batch_handler(self) -> SourceBatchHandler | None:
+        return getattr(self.app, _HANDLER, None)  # type: ignore[attr-defined]
+
+    @property
+    def _batch_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def _offsets(self, name: str) -> dict[TP, int]:
+        return self.__dict__.setdefault(name, {})
+
+    # -- Faust's private loop, replaced --------------------------------------------------
+
+    async def _drain_messages(self, fetcher) -> None:
+        handler = self.batch_handler
+        if handler is None:
+            await super()._drain_messages(fetcher)  # type: ignore[misc]
+            return
+        consumer_should_stop = self._stopped.is_set  # type: ignore[attr-defined]
+        fetcher_should_stop = fetcher._stopped.is_set
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                records, active = await self._wait_next_records(timeout=1.0)  # type: ignore[attr-defined]
+                await asyncio.sleep(0)
+                if not records or self.should_stop:  # type: ignore[attr-defined]
+                    continue
+                await self._take(handler, records, active, self.app.consumer_generation_id)  # type: ignore[attr-defined]
+        except self.consumer_stopped_errors:  # type: ignore[attr-defined]
+            if self.transport.app.should_stop:  # type: ignore[attr-defined]
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:  # type: ignore[attr-defined]
+                return
+            raise
+
+    async def _take(self, handler: SourceBatchHandler, records, active, generation: int) -> None:
+        thread = self._thread  # type: ignore[attr-defined]
+        seeks = getattr(records, "seeks", 0)
+        buffered = self._buffered_partitions  # type: ignore[attr-defined]
+        read_offset = self._read_offset  # type: ignore[attr-defined]
+        monitor = self.app.monitor  # type: ignore[attr-defined]
+        batch: dict[TP, Sequence[Any]] = {}
+        others = []
+        for tp, tp_records in records.items():
+            if active is not None and tp not in active and tp not in buffered:
+                continue
+            if thread.moved_since(tp, seeks):
+                # Taken before a seek moved this partition: read again from its new position.
+                continue
+            monitor.track_tp_end_offset(tp, self.highwater(tp))  # type: ignore[attr-defined]
+            if tp.topic not in handler.topics:
+                others.append((tp, tp_records))
+                continue
+            start = read_offset[tp]
+            if start is not None and tp_records and tp_records[0].offset < start:
+                tp_records = [r for r in tp_records if r.offset >= start]
+            if tp_records:
+                batch[tp] = tp_records
+        for tp, tp_records in others:
+            await self._deliver_one_by_one(tp, tp_records)
+        if not batch:
+            return
+        async with self._batch_lock:
+            if not self.flow_active or self.app.consumer_generation_id != generation:  # type: ignore[attr-defined]
+                # A rebalance began after the fetch: the new assignment reads these again.
+                return
+            processed = self._offsets("_kdiv_processed")
+            for tp, tp_records in batch.items():
+                read_offset[tp] = processed[tp] = tp_records[-1].offset + 1
+            if await handler.process(batch):
+                await self._flush_locked(handler)
+
+    async def _deliver_one_by_one(self, tp: TP, tp_records) -> None:
+        """Faust's own per-message path, for the records that are not the watched topics'."""
+        to_message = self._to_message  # type: ignore[attr-defined]
+        callback = self.callback  # type: ignore[attr-defined]
+        read_offset = self._read_offset  # type: ignore[attr-defined]
+        acks_enabled_for = self.app.topics.acks_enabled_for  # type: ignore[attr-defined]
+        for count, record in enumerate(tp_records):
+            if count and not count % 100:
+                await asyncio.sleep(0)
+            offset = record.offset
+            r_offset = read_offset[tp]
+            if r_offset is None or offset >= r_offset:
+                if offset - (r_offset or 0) > 1 and r_offset and acks_enabled_for(tp.topic):
+                    await self._add_gap(tp, r_offset + 1, offset)  # type: ignore[attr-defined]
+                await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())  # type: ignore[attr-defined]
+                read_offset[tp] = offset
+
+    # -- flushing before Faust commits ----------------------------------------------------
+
+    async def _flush_locked(self, handler: SourceBatchHandler) -> None:
+        await handler.flush()
+        self._offsets("_kdiv_flushed").update(self._offsets("_kdiv_processed"))
+
+    async def flush_batches(self) -> None:
+        """Write what the handler holds, once the batch in progress is done."""
+        handler = self.batch_handler
+        if handler is None:
+            return
+        if self._lock_owner is asyncio.current_task():
+            await self._flush_locked(handler)
+            return
+        async with self._batch_lock:
+            await self._flush_locked(handler)
+
+    async def commit(self, *args, **kwargs) -> bool:
+        await self.flush_batches()
+        return await super().commit(*args, **kwargs)  # type: ignore[misc]
+
+    async def wait_empty(self) -> None:
+        # Faust's revocation and shutdown wait here for in-flight work, then commit: hold
+        # the batch lock throughout, so no batch starts before Faust has committed.
+        async with self._batch_lock:
+            self._lock_owner = asyncio.current_task()
+            try:
+                await self.flush_batches()
+                await super().wait_empty()  # type: ignore[misc]
+            finally:
+                self._lock_owner = None
+
+    def _new_offset(self, tp: TP) -> int | None:
+        handler = self.batch_handler
+        if handler is not None and tp.topic in handler.topics:
+            return self._offsets("_kdiv_flushed").get(tp)
+        return super()._new_offset(tp)  # type: ignore[misc]
+
+    def _filter_tps_with_pending_acks(self, topics=None):
+        # Faust looks for commits to make among partitions with acked messages; flushed
+        # batches ack none, so their partitions are named here.
+        seen = set()
+        for tp in super()._filter_tps_with_pending_acks(topics):
+            seen.add(tp)
+            yield tp
+        for tp in self._offsets("_kdiv_flushed"):
+            if tp not in seen and (topics is None or tp in topics or tp.topic in topics):
+                yield tp
+
+    def forget_batches(self, tps) -> None:
+        """After a seek: what was processed or flushed before it counts for nothing."""
+        for tp in tps:
+            self._offsets("_kdiv_processed").pop(tp, None)
+            self._offsets("_kdiv_flushed").pop(tp, None)

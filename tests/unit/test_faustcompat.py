@@ -1,0 +1,71 @@
+"""Faust's and aiokafka's internals kdiv relies on are still there, and untested releases are refused."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib.metadata import PackageNotFoundError
+
+import pytest
+
+from kdiv.worker.faustcompat import PRIVATE_NAMES, TESTED, UntestedRelease, check_versions
+
+
+def _owner_and_attribute(path: str):
+    module_name, _, qualified = path.partition(":")
+    *owners, attribute = qualified.split(".")
+    owner = importlib.import_module(module_name)
+    for name in owners:
+        owner = getattr(owner, name)
+    return owner, attribute
+
+
+@pytest.mark.parametrize(("path", "parameters", "why"), PRIVATE_NAMES, ids=[p for p, _, _ in PRIVATE_NAMES])
+def test_every_internal_kdiv_relies_on_is_still_there(path, parameters, why):
+    owner, attribute = _owner_and_attribute(path)
+    if parameters is not None:
+        function = getattr(owner, attribute)
+        assert callable(function), f"{path} is no longer callable ({why})"
+        assert tuple(inspect.signature(function).parameters)[: len(parameters)] == parameters, (
+            f"{path} changed its parameters ({why})"
+        )
+    elif not hasattr(owner, attribute):
+        # An attribute set on instances: it must still be assigned by its class.
+        assert inspect.isclass(owner), f"{path} is gone ({why})"
+        sources = "".join(inspect.getsource(cls) for cls in owner.__mro__ if cls.__module__.split(".")[0] != "builtins")
+        assert f"self.{attribute} " in sources or f"self.{attribute}:" in sources, f"{path} is gone ({why})"
+
+
+def test_the_installed_releases_are_the_tested_ones():
+    check_versions()
+
+
+@pytest.mark.parametrize(
+    ("faust", "aiokafka", "refused"),
+    [
+        ("0.15.3", "0.14.0", None),
+        ("0.15.9", "0.14.2", None),
+        ("0.16.0", "0.14.0", "faust-streaming 0.16.0"),
+        ("0.15.2", "0.14.0", "faust-streaming 0.15.2"),
+        ("0.15.3", "0.15.0", "aiokafka 0.15.0"),
+        ("0.15.3rc1", "0.14.0", "faust-streaming 0.15.3rc1"),
+    ],
+)
+def test_an_untested_release_is_refused_naming_it_and_the_tested_range(faust, aiokafka, refused):
+    installed = {"faust-streaming": faust, "aiokafka": aiokafka}
+    if refused is None:
+        check_versions(installed.__getitem__)
+        return
+    with pytest.raises(UntestedRelease, match=refused) as raised:
+        check_versions(installed.__getitem__)
+    name = refused.split()[0]
+    lowest, first_untested = next((low, high) for dist, low, high in TESTED if dist == name)
+    assert f">={lowest},<{first_untested}" in str(raised.value)
+
+
+def test_a_missing_distribution_is_refused():
+    def installed(name: str) -> str:
+        raise PackageNotFoundError(name)
+
+    with pytest.raises(UntestedRelease, match="faust-streaming is not installed"):
+        check_versions(installed)
