@@ -112,7 +112,9 @@ class DivWriter:
             partition = await self.partition_for(topic, key)
         async with self._lock(topic, partition):
             records = self.stamper.data(topic, partition, key, value, self.clock_ms(), tuple(headers))
-            return await self._enqueue(records)
+            future = await self._enqueue(records)
+        assert future is not None, "a data record is always among the records sent"
+        return future
 
     async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, **kwargs):
         """`send`, then wait until the broker has acknowledged the record."""
@@ -163,7 +165,7 @@ class DivWriter:
         for partition in await self.partitions(topic):
             async with self._lock(topic, partition):
                 futures.append(await self._enqueue(self.stamper.control(topic, partition, kind, self.clock_ms())))
-        await asyncio.gather(*futures)
+        await asyncio.gather(*(future for future in futures if future is not None))
 
     async def _enqueue(self, records: list[OutgoingRecord]) -> asyncio.Future | None:
         """Hand the records to the producer in order; one future for all of them.

@@ -181,7 +181,7 @@ def plan_splits(ranges: Iterable[PartitionRange], max_records_per_split: int) ->
     equal offset ranges. Offsets, not records: compaction gaps make some splits lighter."""
     if max_records_per_split < 1:
         raise ValueError(f"max_records_per_split must be at least 1, got {max_records_per_split}")
-    splits = []
+    splits: list[KafkaSplit] = []
     for r in ranges:
         size = r.end - r.start
         if size <= 0:
@@ -229,7 +229,7 @@ class KdivKafkaReader(DataSourceReader):
         self.stall_timeout_s = float(options.get("stallTimeoutSeconds", DEFAULT_STALL_TIMEOUT_S))
 
     def partitions(self) -> list[InputPartition]:
-        return plan_splits(self.ranges, self.max_records_per_split)
+        return [*plan_splits(self.ranges, self.max_records_per_split)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # With no splits at all Spark still runs one task, with InputPartition(None).
@@ -355,7 +355,8 @@ class _SplitReader:
             (position,) = self.consumer.position([self._topic_partition])
             self.done = self.done or position.offset >= end
             return None
-        offsets = list(map(Message.offset, messages))
+        # Consumed records always have an offset (only produced, unsent ones lack one).
+        offsets: list[int] = [message.offset() for message in messages]  # type: ignore[misc]
         if offsets[-1] >= end - 1:
             self.done = True
             if offsets[-1] >= end:  # records written after the snapshot
@@ -430,7 +431,7 @@ def _shift(values: pa.Int32Array, by: int) -> pa.Int32Array:
 def spark_kafka_available(spark: SparkSession) -> bool:
     """True when Spark's kafka source (the spark-sql-kafka-0-10 jar) is on the classpath."""
     try:
-        jvm = spark.sparkContext._jvm  # noqa: SLF001 - no public way to probe a class
+        jvm: Any = spark.sparkContext._jvm  # noqa: SLF001 - no public way to probe a class
         jvm.org.apache.spark.util.Utils.classForName(SPARK_KAFKA_PROVIDER, False, False)
     except Exception:  # noqa: BLE001 - ClassNotFoundException via py4j, or no JVM at all (Spark Connect)
         return False

@@ -166,10 +166,10 @@ def write_report(
         sequences_dir: Path | None = out_dir / SEQUENCES_DIR
         sequence_sample = None
         if sequences is not None:
-            _write_sequences_parquet(sequences, sequences_dir)
+            _write_sequences_parquet(sequences, out_dir / SEQUENCES_DIR)
             sequence_sample = _sequence_sample(sequences)
         else:
-            _remove_stale(sequences_dir)
+            _remove_stale(out_dir / SEQUENCES_DIR)
             sequences_dir = None
 
         page = _render_report(
@@ -182,7 +182,7 @@ def write_report(
     finally:
         if findings_cached_here:
             findings.unpersist()
-        if sequences_cached_here:
+        if sequences_cached_here and sequences is not None:
             sequences.unpersist()
 
     summary_path = out_dir / SUMMARY_JSON
@@ -275,6 +275,7 @@ def _timeline(findings: DataFrame) -> _Timeline:
         F.count(F.when(~timed, 1)).alias("untimed"),
         F.count(F.lit(1)).alias("total"),
     ).first()
+    assert stats is not None, "an aggregation without grouping has one row"
     if stats["first"] is None:
         return _Timeline(stats["untimed"], stats["total"], 0, 0, 0, {})
     width = _bin_width_ms(stats["last"] - stats["first"])
@@ -337,6 +338,7 @@ class _SequenceSample:
 
 def _sequence_sample(sequences: DataFrame) -> _SequenceSample:
     stats = sequences.agg(F.count(F.lit(1)).alias("total"), F.count(F.when(F.col("behind"), 1)).alias("behind")).first()
+    assert stats is not None, "an aggregation without grouping has one row"
     rows = (
         sequences.orderBy(F.col("behind").desc_nulls_last(), *SEQUENCE_FIELDS[:-1]).limit(SEQUENCE_ROWS_SHOWN).collect()
     )
@@ -806,7 +808,7 @@ def _svg(figure: Figure, salt: str) -> str:
 def _plot_by_partition(partition_counts: list[tuple[str, int, str, int]], classes: Sequence[str]) -> str:
     topics = sorted({topic for topic, _, _, _ in partition_counts})
     plotted = topics[:TOPICS_PLOTTED]
-    with matplotlib.rc_context(_PLOT_RC):
+    with matplotlib.rc_context(_PLOT_RC):  # type: ignore[arg-type]  # the stubs want literal rc keys
         figure = Figure(figsize=(9, 0.9 + 2.1 * len(plotted)), layout="constrained")
         axes = figure.subplots(len(plotted), 1, squeeze=False)[:, 0]
         drawn: list[str] = []
@@ -851,14 +853,20 @@ def _plot_timeline(timeline: _Timeline, classes: Sequence[str]) -> str:
     width = timeline.bin_width_ms
     bins = list(range(timeline.first_bin_ms, timeline.last_bin_ms + 1, width))
     moments = [datetime.fromtimestamp(b / 1000, UTC) for b in bins]
-    with matplotlib.rc_context(_PLOT_RC):
+    with matplotlib.rc_context(_PLOT_RC):  # type: ignore[arg-type]  # the stubs want literal rc keys
         figure = Figure(figsize=(9, 3.6), layout="constrained")
         ax = figure.subplots()
         for cls in classes:
             series = [timeline.counts.get((cls, b), 0) for b in bins]
             if any(series):
                 ax.plot(
-                    moments, series, marker="o", markersize=3, linewidth=1.4, color=_colour(cls, classes), label=cls
+                    moments,  # type: ignore[arg-type]  # dates, through matplotlib's converters
+                    series,
+                    marker="o",
+                    markersize=3,
+                    linewidth=1.4,
+                    color=_colour(cls, classes),
+                    label=cls,
                 )
         locator = AutoDateLocator(tz=UTC)
         ax.xaxis.set_major_locator(locator)

@@ -85,11 +85,12 @@ def local_store_uses(directory: Path, app_id: str) -> list[IdUse]:
         raise FileNotFoundError(f"{directory}: no kdiv table store (state-pN-M.db or keys-pN-M.db) under it")
     for store in stores:
         match = _STORE_NAME.match(store.name)
+        assert match is not None, f"{store.name} was selected by the same pattern"
         changelog, partition = f"{app_id}-{match['table']}-changelog", int(match["partition"])
         db = Rdict(str(store), options=Options(raw_mode=True), access_type=AccessType.read_only())
         try:
-            for key, value in db.items():
-                if key.startswith(_FAUST_META_PREFIX) or value is None:
+            for key, value in db.items():  # raw mode: bytes keys and values
+                if key.startswith(_FAUST_META_PREFIX) or value is None:  # type: ignore[union-attr,arg-type]
                     continue
                 ident = (changelog, partition, schema_id_of(value))
                 counts[ident] = counts.get(ident, 0) + 1
@@ -196,7 +197,14 @@ def judge_uses(uses: Iterable[IdUse], directory) -> list[SchemaFinding]:
 
 def repair_lines(findings: Iterable[SchemaFinding]) -> list[tuple[int, str]]:
     """(schema id, subject) pairs a repair registers: each SUBJECT_MISMATCH once."""
-    return sorted({(f.use.schema_id, f.expected_subject) for f in findings if f.verdict == SUBJECT_MISMATCH})
+    return sorted(
+        {
+            (f.use.schema_id, f.expected_subject)
+            for f in findings
+            # A mismatch is found for a framed value (an id) against a subject the strategy names.
+            if f.verdict == SUBJECT_MISMATCH and f.use.schema_id is not None and f.expected_subject is not None
+        }
+    )
 
 
 async def repair(registry: SchemaRegistry, pairs: list[tuple[int, str]], say) -> bool:

@@ -45,6 +45,7 @@ def package_zip(directory: Path) -> Path:
     target = directory / "kdiv-packages.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in (kdiv, kdiv.reconcile):
+            assert package.__file__ is not None, f"{package.__name__} is a regular package"
             folder = Path(package.__file__).resolve().parent
             prefix = Path(*package.__name__.split("."))
             for path in sorted(folder.rglob("*.py")):

@@ -100,7 +100,8 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_in
             missing = [t for t in settings.topics if t not in counts]
             if counts and not missing:
                 break
-            waiting_for = ", ".join(missing) if missing else f"a topic matching {settings.topic_pattern.pattern!r}"
+            pattern = settings.topic_pattern.pattern if settings.topic_pattern is not None else ""
+            waiting_for = ", ".join(missing) if missing else f"a topic matching {pattern!r}"
             now = time.monotonic()
             if wait_s is not None and now - started >= wait_s:
                 raise DiscoveryError(f"no such topic after {wait_s:.0f} s: {waiting_for}")

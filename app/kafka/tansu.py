@@ -311,7 +311,7 @@ _AIOKAFKA_INIT_PID_HANDLER = aiokafka_sender.InitPIDHandler
 
 # Only the request changes: the v3 response has the fields the inherited
 # handle_response reads.
-class _InitPIDHandlerV3(_AIOKAFKA_INIT_PID_HANDLER):
+class _InitPIDHandlerV3(_AIOKAFKA_INIT_PID_HANDLER):  # type: ignore[valid-type,misc]  # aiokafka's, untyped
     def create_request(self) -> _InitProducerIdRequest:
         txn_manager = self._sender._txn_manager
         return _InitProducerIdRequest(

@@ -80,6 +80,7 @@ async def check_topic(
 
 async def repair(registry: SchemaRegistry, verdict: IdVerdict) -> AsyncIterator[str]:
     """Register the id's schema under the expected subject; yields what it does."""
+    assert verdict.expected_subject is not None, "only a SUBJECT_MISMATCH, which names its subject, is repaired"
     yield f"registering schema id {verdict.use.schema_id} under {verdict.expected_subject}"
     try:
         answered = await registry.register_id_under(verdict.use.schema_id, verdict.expected_subject)

@@ -13,11 +13,12 @@ as one of three errors, because callers act differently on each:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 try:  # the HTTP library confluent-kafka's client uses (httpx2, httpx before it)
     import httpx2 as httpx
 except ImportError:  # pragma: no cover
-    import httpx
+    import httpx  # type: ignore[import-not-found,no-redef]
 from confluent_kafka.schema_registry import (
     AsyncSchemaRegistryClient,
     MessageField,
@@ -114,7 +115,7 @@ class SchemaRegistry:
         pairs = [(getattr(item, "subject", None), getattr(item, "version", None)) for item in found or ()]
         if not all(isinstance(subject, str) and isinstance(version, int) for subject, version in pairs):
             raise RegistryUnavailable(f"{self.url}: subjects of schema id {schema_id}: malformed answer {pairs!r}")
-        return [SubjectVersion(subject, version) for subject, version in pairs]
+        return [SubjectVersion(cast(str, subject), cast(int, version)) for subject, version in pairs]
 
     async def register_id_under(self, schema_id: int, subject: str) -> int:
         """Register the schema of `schema_id` under `subject` (the subject-mismatch repair);

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import fastavro
 
@@ -102,11 +103,13 @@ def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | Partition
     if not body:
         raise StateDecodeError("empty state value")
     try:
-        name, fields = fastavro.schemaless_reader(
+        decoded: Any = fastavro.schemaless_reader(
             io.BytesIO(body), writer_schema, STATE_SCHEMA, return_record_name=True
         )
     except Exception as bad:  # fastavro raises several types for truncated or garbled bodies
         raise StateDecodeError(f"state value does not decode: {bad!r}") from bad
+    # The reader schema is a union of named records: (record name, fields).
+    name, fields = decoded
     if name == PRODUCER_STATE_NAME:
         return _segment_of(fields)
     if name == PARTITION_STATE_NAME:

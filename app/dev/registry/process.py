@@ -44,9 +44,8 @@ class DevRegistryProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"dev registry exited {self.process.returncode}: {self.process.stderr.read().decode()[-2000:]}"
-                )
+                output = self.process.stderr.read().decode()[-2000:] if self.process.stderr else ""
+                raise RuntimeError(f"dev registry exited {self.process.returncode}: {output}")
             try:
                 with urllib.request.urlopen(self.url + "/subjects", timeout=1):
                     return self

@@ -193,7 +193,7 @@ class DevRegistry:
         schema = _schema_text(await _body(request))
         self.state.live_versions(subject)
         problems = self.state.compatible(subject, schema, request.match_info["version"])
-        answer = {"is_compatible": not problems}
+        answer: dict[str, object] = {"is_compatible": not problems}
         if _flag(request, "verbose"):
             answer["messages"] = problems
         return _json(answer)
