@@ -15,14 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kdiv.div.record import ConsumedRecord
-from kdiv.div.wire import (
-    COMMON_SIZE,
-    FORMAT_VERSION,
-    HEADER_NAME,
-    Kind,
-    record_crc,
-    unpack_common,
-)
+from kdiv.div.wire import Kind, readable_div_header, record_crc
 
 _SEP = b"|"
 
@@ -62,16 +55,11 @@ def key_validation_of(record: ConsumedRecord) -> KeyValidation | None:
     if record.key is None:
         return None
     producer = segment = seq = None
-    raw = None
-    for name, value in record.headers:
-        if name == HEADER_NAME:
-            raw = value if raw is None else b""  # two div headers: unreadable, like the validator
-    if raw and len(raw) >= COMMON_SIZE:
-        version, kind, guid, seg, sequence, _ts, _crc = unpack_common(raw)
-        if version == FORMAT_VERSION:
-            if kind != Kind.DATA:
-                return None
-            producer, segment, seq = guid, seg, sequence
+    header = readable_div_header(record.headers)
+    if header is not None:
+        if header.kind != Kind.DATA:
+            return None
+        producer, segment, seq = header.guid, header.segment, header.seq
     return KeyValidation(
         record.offset,
         record.timestamp,

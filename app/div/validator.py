@@ -27,11 +27,11 @@ from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
     COMMON_SIZE,
     FORMAT_VERSION,
-    HEADER_NAME,
     Kind,
     MalformedHeader,
     decode,
     record_crc,
+    scan_div_header,
     unpack_common,
 )
 
@@ -91,6 +91,7 @@ _UNTRACKED_DETAIL = "no div header"
 _DATA = int(Kind.DATA)
 _OK = Verdict.OK
 _unpack_common = unpack_common
+_scan_div_header = scan_div_header
 # Builds the result tuple without NamedTuple's Python-level __new__: it is made per record.
 _new_result = tuple.__new__
 
@@ -137,12 +138,7 @@ class DataIntegrityValidator:
         return policy
 
     def validate(self, record: ConsumedRecord, now_ms: int) -> ValidationResult:
-        raw = None
-        found = 0
-        for name, value in record.headers:
-            if name == HEADER_NAME:
-                found += 1
-                raw = value
+        found, raw = _scan_div_header(record.headers)
         # Fast path: an intact in-order DATA record of a known producer, read straight from
         # the header bytes. Anything else takes the full path below.
         if found == 1 and raw is not None and len(raw) == COMMON_SIZE:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 HEADER_NAME = "div"
@@ -119,6 +120,33 @@ def encode(header: DivHeader) -> bytes:
     if header.kind == Kind.END_OF_SEGMENT:
         return common + _EOS_TAIL.pack(header.segment_checksum or 0, 1 if header.final_segment else 0)
     return common
+
+
+def scan_div_header(headers: Iterable[tuple[str, bytes | None]]) -> tuple[int, bytes | None]:
+    """How many `div` headers a record carries, and the value of the last one.
+
+    The one scan every reader of DIV metadata makes, so all follow one rule: a record's DIV
+    metadata is readable only when it carries exactly one `div` header whose value decodes
+    (`readable_div_header`); none makes it UNTRACKED, anything else MALFORMED.
+    """
+    found = 0
+    raw = None
+    for name, value in headers:
+        if name == HEADER_NAME:
+            found += 1
+            raw = value
+    return found, raw
+
+
+def readable_div_header(headers: Iterable[tuple[str, bytes | None]]) -> DivHeader | None:
+    """The record's one decodable `div` header, or None (absent, duplicated, null or malformed)."""
+    found, raw = scan_div_header(headers)
+    if found != 1 or raw is None:
+        return None
+    try:
+        return decode(raw)
+    except MalformedHeader:
+        return None
 
 
 def decode(raw: bytes | None) -> DivHeader:

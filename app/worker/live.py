@@ -34,7 +34,7 @@ from kdiv.div.validator import (
     PartitionValidation,
     ValidationResult,
 )
-from kdiv.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind, unpack_common
+from kdiv.div.wire import Kind, readable_div_header
 from kdiv.state.codec import StateDecodeError
 from kdiv.state.tables import parse_key, partition_key, producer_key
 from kdiv.state.values import StateValues
@@ -64,18 +64,10 @@ class LoadError:
 
 def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
     """(GUID, kind) from the record's div header, or (None, None) when it has no readable one."""
-    raw = None
-    for name, value in record.headers:
-        if name == HEADER_NAME:
-            if raw is not None:
-                return None, None
-            raw = value
-    if raw is None or len(raw) < COMMON_SIZE:
+    header = readable_div_header(record.headers)
+    if header is None:
         return None, None
-    version, kind, guid, *_ = unpack_common(raw[:COMMON_SIZE])
-    if version != FORMAT_VERSION:
-        return None, None
-    return guid, kind
+    return header.guid, header.kind
 
 
 class LiveValidation:

@@ -1,0 +1,157 @@
+"""Differential: the validator's in-order fast path decides exactly as its full three-step path,
+and every reader of DIV metadata follows the one header rule."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kdiv.div.ledger import key_validation_of
+from kdiv.div.record import ConsumedRecord
+from kdiv.div.stamper import DivStamper
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, readable_div_header, scan_div_header
+from kdiv.state.codec import encode_partition, encode_segment
+from kdiv.worker.live import _producer_of
+
+TOPIC = "orders"
+NOW = 1_700_000_000_000
+MUTATIONS = ("keep", "drop", "duplicate", "swap", "corrupt_value", "corrupt_header", "second_header", "null_header")
+
+
+@st.composite
+def mutated_streams(draw):
+    """Records of a few producers on two partitions, in writer order, then mutated."""
+    records: list[ConsumedRecord] = []
+    offsets = [0, 0]
+    stampers = [
+        DivStamper(
+            uuid.UUID(int=i + 1).bytes,
+            checksum_type=draw(st.sampled_from([ChecksumType.ADHASH, ChecksumType.NONE])),
+            max_records_per_segment=draw(st.integers(1, 8)),
+        )
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    for n in range(draw(st.integers(1, 60))):
+        stamper = draw(st.sampled_from(stampers))
+        partition = draw(st.integers(0, 1))
+        choice = draw(st.sampled_from(["data"] * 8 + ["end", "push"]))
+        if choice == "data":
+            out = stamper.data(TOPIC, partition, draw(st.binary(max_size=4)), draw(st.binary(max_size=8)), NOW + n)
+        elif choice == "end":
+            out = stamper.end_segment(TOPIC, partition, draw(st.booleans()), NOW + n)
+        else:
+            kind = draw(st.sampled_from([Kind.START_OF_PUSH, Kind.END_OF_PUSH]))
+            out = stamper.control(TOPIC, partition, kind, NOW + n)
+        for record in out:
+            records.append(
+                ConsumedRecord(
+                    TOPIC, partition, offsets[partition], NOW + n, record.key, record.value, tuple(record.headers)
+                )
+            )
+            offsets[partition] += 1
+    mutated: list[ConsumedRecord] = []
+    i = 0
+    while i < len(records):
+        record = records[i]
+        mutation = draw(st.sampled_from(MUTATIONS))
+        if mutation == "drop":
+            i += 1
+            continue
+        if mutation == "swap" and i + 1 < len(records):
+            mutated += [records[i + 1], record]
+            i += 2
+            continue
+        if mutation == "duplicate":
+            mutated += [record, record]
+        elif mutation == "corrupt_value":
+            mutated.append(ConsumedRecord(*_fields(record)[:5], (record.value or b"") + b"!", record.headers))
+        elif mutation == "corrupt_header":
+            name, raw = record.headers[-1]
+            flipped = bytearray(raw or b"")
+            flipped[draw(st.integers(0, len(flipped) - 1))] ^= 1 << draw(st.integers(0, 7))
+            mutated.append(ConsumedRecord(*_fields(record)[:6], (*record.headers[:-1], (name, bytes(flipped)))))
+        elif mutation == "second_header":
+            mutated.append(ConsumedRecord(*_fields(record)[:6], (*record.headers, record.headers[-1])))
+        elif mutation == "null_header":
+            mutated.append(ConsumedRecord(*_fields(record)[:6], ((HEADER_NAME, None), *record.headers)))
+        else:
+            mutated.append(record)
+        i += 1
+    # Offsets as a consumer sees them: increasing per partition, whatever was mutated.
+    renumbered, next_offset = [], [0, 0]
+    for record in mutated:
+        renumbered.append(
+            ConsumedRecord(record.topic, record.partition, next_offset[record.partition], *_fields(record)[3:])
+        )
+        next_offset[record.partition] += 1
+    return renumbered
+
+
+def _fields(record: ConsumedRecord) -> tuple:
+    return (record.topic, record.partition, record.offset, record.timestamp, record.key, record.value, record.headers)
+
+
+def _saved_state(validator: DataIntegrityValidator) -> dict:
+    state = {}
+    for (topic, partition), part in validator.partitions.items():
+        state[(topic, partition)] = encode_partition(part)
+        for guid, segment in part.tracker.segments.items():
+            state[(topic, partition, guid)] = encode_segment(segment)
+    return state
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=mutated_streams(), start_in_push=st.booleans())
+def test_the_fast_path_decides_as_the_full_path(records, start_in_push):
+    fast = DataIntegrityValidator(start_in_push=start_in_push)
+    full = DataIntegrityValidator(start_in_push=start_in_push)
+    for record in records:
+        found, raw = scan_div_header(record.headers)
+        expected = full._validate_full(record, NOW, found, raw)
+        got = fast.validate(record, NOW)
+        assert got[1:] == expected[1:], record
+    assert _saved_state(fast) == _saved_state(full)
+
+
+@given(records=mutated_streams())
+@settings(max_examples=100, deadline=None)
+def test_every_reader_takes_the_producer_from_the_same_readable_header(records):
+    validator = DataIntegrityValidator()
+    for record in records:
+        header = readable_div_header(record.headers)
+        result = validator.validate(record, NOW)
+        if header is None:
+            # The validator judges no producer, and neither does the ledger or the replay logic.
+            assert result.guid is None
+            assert _producer_of(record) == (None, None)
+            entry = key_validation_of(record)
+            assert entry is None or entry.producer is None
+        else:
+            assert result.guid == header.guid
+            assert _producer_of(record) == (header.guid, header.kind)
+            entry = key_validation_of(record)
+            if header.kind == Kind.DATA and record.key is not None:
+                assert entry is not None and entry.producer == header.guid and entry.seq == header.seq
+            else:
+                assert entry is None
+
+
+def test_the_header_rule_for_absent_null_duplicate_and_malformed_headers():
+    stamper = DivStamper(uuid.UUID(int=9).bytes)
+    *_, sent = stamper.data(TOPIC, 0, b"k", b"v", NOW)  # the first record comes after its START_OF_SEGMENT
+    good = sent.headers[-1]
+    cases = {
+        (): (0, None),
+        (good,): (1, good[1]),
+        ((HEADER_NAME, None),): (1, None),
+        (good, good): (2, good[1]),
+        ((HEADER_NAME, None), good): (2, good[1]),
+        ((HEADER_NAME, b"\x01short"),): (1, b"\x01short"),
+    }
+    for headers, scanned in cases.items():
+        assert scan_div_header(headers) == scanned
+        readable = readable_div_header(headers)
+        assert (readable is not None) == (headers == (good,)), headers
