@@ -12,7 +12,17 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kdiv.div.wire import COMMON_SIZE, FORMAT_VERSION, HEADER_NAME, Kind
+from kdiv.div.wire import (
+    COMMON_FIELD_POSITIONS,
+    COMMON_SIZE,
+    EOS_FINAL_FLAG_POSITION,
+    FORMAT_VERSION,
+    HEADER_NAME,
+    SIZE_BY_KIND,
+    SOS_CHECKSUM_TYPE_POSITION,
+    ChecksumType,
+    Kind,
+)
 
 
 def _int32_be(length: Column) -> Column:
@@ -28,23 +38,49 @@ def at_rest_crc(key: Column, value: Column) -> Column:
     return F.crc32(F.concat(F.unhex(F.lit(f"{int(Kind.DATA):02X}")), _length_and_bytes(key), _length_and_bytes(value)))
 
 
-def _unsigned(raw: Column, position: int, size: int) -> Column:
+def _unsigned(raw: Column, position: tuple[int, int]) -> Column:
+    offset, size = position
     # substring is 1-based.
-    return F.conv(F.hex(F.substring(raw, position + 1, size)), 16, 10).cast("long")
+    return F.conv(F.hex(F.substring(raw, offset + 1, size)), 16, 10).cast("long")
+
+
+def _field(raw: Column, name: str) -> Column:
+    return _unsigned(raw, COMMON_FIELD_POSITIONS[name])
+
+
+def readable_div_header(records_headers: Column) -> Column:
+    """The value of a record's one decodable `div` header, else null: kdiv.div.wire's rule
+    (`readable_div_header`) as a column, from the same layout constants."""
+    divs = F.filter(records_headers, lambda h: h["key"] == HEADER_NAME)
+    raw = F.when(F.size(divs) == 1, divs[0]["value"])
+    kind = _field(raw, "kind")
+    expected_size = F.lit(None).cast("int")
+    for known, size in SIZE_BY_KIND.items():
+        expected_size = F.when(kind == int(known), F.lit(size)).otherwise(expected_size)
+    checksum_types = [int(c) for c in ChecksumType]
+    readable = (
+        (F.length(raw) >= COMMON_SIZE)
+        & (_field(raw, "version") == FORMAT_VERSION)
+        & (F.length(raw) == expected_size)
+        & F.when(
+            kind == int(Kind.START_OF_SEGMENT), _unsigned(raw, SOS_CHECKSUM_TYPE_POSITION).isin(checksum_types)
+        ).otherwise(True)
+        & F.when(kind == int(Kind.END_OF_SEGMENT), _unsigned(raw, EOS_FINAL_FLAG_POSITION) <= 1).otherwise(True)
+    )
+    return F.when(readable, raw)
 
 
 def with_div_fields(records: DataFrame) -> DataFrame:
-    """Adds div_kind, producer (GUID hex), segment, seq from a readable version-1 `div`
-    header (nulls otherwise; two `div` headers count as unreadable, as for the validator)."""
-    divs = F.filter("headers", lambda h: h["key"] == HEADER_NAME)
-    raw = F.when((F.size(divs) == 1), divs[0]["value"])
-    readable = (F.length(raw) >= COMMON_SIZE) & (_unsigned(raw, 0, 1) == FORMAT_VERSION)
+    """Adds div_kind, producer (GUID hex), segment, seq from the record's readable `div`
+    header (nulls otherwise: none, several, null or malformed, as for the validator)."""
+    raw = readable_div_header(F.col("headers"))
+    guid_offset, guid_size = COMMON_FIELD_POSITIONS["guid"]
     return records.withColumns(
         {
-            "div_kind": F.when(readable, _unsigned(raw, 1, 1).cast("int")),
-            "producer": F.when(readable, F.lower(F.hex(F.substring(raw, 3, 16)))),
-            "segment": F.when(readable, _unsigned(raw, 18, 4)),
-            "seq": F.when(readable, _unsigned(raw, 22, 4)),
+            "div_kind": _field(raw, "kind").cast("int"),
+            "producer": F.lower(F.hex(F.substring(raw, guid_offset + 1, guid_size))),
+            "segment": _field(raw, "segment"),
+            "seq": _field(raw, "seq"),
         }
     )
 

@@ -170,3 +170,48 @@ def test_plain_topic_behind_its_table_is_sequence_behind(spark):
 @pytest.fixture(autouse=True)
 def _quiet(spark):
     spark.sparkContext.setLogLevel("ERROR")
+
+
+def test_spark_reads_div_headers_by_the_validators_rule(spark):
+    import struct
+    import uuid
+
+    from kdiv.div.ledger import key_validation_of
+    from kdiv.div.record import ConsumedRecord
+    from kdiv.div.stamper import DivStamper
+    from kdiv.div.wire import HEADER_NAME, readable_div_header
+    from kdiv.reconcile.topics import with_div_fields
+
+    stamper = DivStamper(uuid.UUID(int=5).bytes)
+    sos, data = stamper.data(COMPACTED, 0, b"k", b"v", NOW)
+    (eos,) = stamper.end_segment(COMPACTED, 0, True, NOW)
+    good = {"sos": sos.headers[-1][1], "data": data.headers[-1][1], "eos": eos.headers[-1][1]}
+    bad_type = good["sos"][:-1] + b"\x02"
+    bad_flag = good["eos"][:-1] + b"\x07"
+    other_version = b"\x02" + good["data"][1:]
+    unknown_kind = good["data"][:1] + struct.pack(">B", 9) + good["data"][2:]
+    cases = [
+        (),
+        ((HEADER_NAME, good["data"]),),
+        ((HEADER_NAME, good["sos"]),),
+        ((HEADER_NAME, good["eos"]),),
+        ((HEADER_NAME, good["data"]), (HEADER_NAME, good["data"])),
+        ((HEADER_NAME, None), (HEADER_NAME, good["data"])),
+        ((HEADER_NAME, None),),
+        ((HEADER_NAME, good["data"][:20]),),
+        ((HEADER_NAME, good["data"] + b"\x00"),),
+        ((HEADER_NAME, bad_type),),
+        ((HEADER_NAME, bad_flag),),
+        ((HEADER_NAME, other_version),),
+        ((HEADER_NAME, unknown_kind),),
+        (("other", b"x"), (HEADER_NAME, good["data"])),
+    ]
+    records = [ConsumedRecord(COMPACTED, 0, i, NOW, b"k", b"v", headers) for i, headers in enumerate(cases)]
+    rows = with_div_fields(spark.createDataFrame(kafka_rows(records), KAFKA_DDL)).orderBy("offset").collect()
+    for record, row in zip(records, rows, strict=True):
+        header = readable_div_header(record.headers)
+        expected = (None, None) if header is None else (int(header.kind), header.guid.hex())
+        assert (row["div_kind"], row["producer"]) == expected, record.headers
+        entry = key_validation_of(record)
+        if header is not None and header.kind == Kind.DATA:
+            assert entry is not None and entry.producer == header.guid

@@ -24,10 +24,34 @@ from typing import NamedTuple
 HEADER_NAME = "div"
 FORMAT_VERSION = 1
 
-_COMMON = struct.Struct(">BB16sIIqI")
+_COMMON_FIELDS = (
+    ("version", "B"),
+    ("kind", "B"),
+    ("guid", "16s"),
+    ("segment", "I"),
+    ("seq", "I"),
+    ("producer_ts", "q"),
+    ("crc", "I"),
+)
+_COMMON = struct.Struct(">" + "".join(code for _, code in _COMMON_FIELDS))
 _SOS_TAIL = struct.Struct(">B")
 _EOS_TAIL = struct.Struct(">QB")
 COMMON_SIZE = _COMMON.size  # 38
+
+
+def _field_positions() -> dict[str, tuple[int, int]]:
+    positions, offset = {}, 0
+    for name, code in _COMMON_FIELDS:
+        size = struct.calcsize(">" + code)
+        positions[name] = (offset, size)
+        offset += size
+    return positions
+
+
+# (byte offset, size) of each common field, for readers that cannot call `decode` (Spark SQL).
+COMMON_FIELD_POSITIONS = _field_positions()
+SOS_CHECKSUM_TYPE_POSITION = (COMMON_SIZE, _SOS_TAIL.size)
+EOS_FINAL_FLAG_POSITION = (COMMON_SIZE + _EOS_TAIL.size - 1, 1)
 # (version, kind, guid, segment, seq, producer_ts, crc) of any header, without validation.
 unpack_common = _COMMON.unpack_from
 SOS_SIZE = COMMON_SIZE + _SOS_TAIL.size  # 39
@@ -57,7 +81,7 @@ class ChecksumType(enum.IntEnum):
 
 _KINDS = {k.value: k for k in Kind}
 _CHECKSUM_TYPES = {c.value: c for c in ChecksumType}
-_SIZE_BY_KIND = {
+SIZE_BY_KIND = {
     Kind.DATA: COMMON_SIZE,
     Kind.START_OF_SEGMENT: SOS_SIZE,
     Kind.END_OF_SEGMENT: EOS_SIZE,
@@ -162,7 +186,7 @@ def decode(raw: bytes | None) -> DivHeader:
     kind = _KINDS.get(kind_code)
     if kind is None:
         raise MalformedHeader(f"div header kind {kind_code} is unknown")
-    expected = _SIZE_BY_KIND[kind]
+    expected = SIZE_BY_KIND[kind]
     if size != expected:
         raise MalformedHeader(f"div header of kind {kind.name} is {size} bytes, expected {expected}")
     if kind == Kind.START_OF_SEGMENT:
