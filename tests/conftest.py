@@ -81,9 +81,9 @@ def registry_url(bootstrap: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _workers_use_the_session_registry(registry_url: str) -> None:
-    from tests import workerproc
+    from tests.harness import processes
 
-    workerproc.REGISTRY_URL = registry_url
+    processes.REGISTRY_URL = registry_url
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from kdiv.div.validator import (
     PartitionValidation,
     ValidationResult,
 )
-from kdiv.div.wire import Kind, readable_div_header
+from kdiv.div.wire import Kind, readable_div_header, scan_div_header
 from kdiv.state.codec import StateDecodeError
 from kdiv.state.tables import parse_key, partition_key, producer_key
 from kdiv.state.values import StateValues
@@ -151,6 +151,10 @@ class LiveValidation:
     def opens_unit(self, record: ConsumedRecord) -> bool:
         """True when pending writes of the record's partition must be made before it."""
         if not self._dirty.get((record.topic, record.partition)):
+            return False
+        # The kind byte first: the full rule (`_producer_of`) only for the rare push marker.
+        found, raw = scan_div_header(record.headers)
+        if found != 1 or raw is None or len(raw) < 2 or raw[1] not in _PUSH_MARKERS:
             return False
         _guid, kind = _producer_of(record)
         return kind in _PUSH_MARKERS

@@ -18,7 +18,7 @@ from kdiv.kafka.tansu import fetch_cluster_id
 
 pytestmark = pytest.mark.broker
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _port_is_bindable(host: str, port: int) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"

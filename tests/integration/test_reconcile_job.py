@@ -29,8 +29,9 @@ from kdiv.reconcile.job import Reconciliation, parse_args, settings_from
 from kdiv.registry.client import SchemaRegistry
 from kdiv.state.framing import frame, unframe
 from kdiv.writer import DivWriter
-from tests.test_schema_subjects import earlier_release_schema
-from tests.workerproc import WorkerProcess, read_table, wait_until_caught_up
+from tests.harness.broker import read_table, wait_until_caught_up
+from tests.harness.processes import WorkerProcess
+from tests.integration.test_schema_subjects import earlier_release_schema
 
 pytestmark = pytest.mark.broker
 

@@ -25,17 +25,9 @@ from kdiv.registry.client import SchemaRegistry
 from kdiv.state.codec import STATE_SCHEMA_JSON
 from kdiv.state.framing import frame, unframe
 from kdiv.writer import DivWriter
-from tests.workerproc import (
-    WorkerProcess,
-    free_port,
-    incident_differences,
-    oracle,
-    produce_with_faults,
-    read_incidents,
-    read_table,
-    state_differences,
-    wait_until_caught_up,
-)
+from tests.harness.broker import produce_with_faults, read_incidents, read_table, wait_until_caught_up
+from tests.harness.oracle import incident_differences, oracle, state_differences
+from tests.harness.processes import WorkerProcess, free_port
 
 
 def earlier_release_schema(app_id: str) -> str:

@@ -14,7 +14,7 @@ from kdiv.cli import main
 from kdiv.div.stamper import DivStamper
 from kdiv.div.wire import Kind
 from kdiv.offline.jsonl import record_to_line
-from tests.streams import GUID_A, GUID_B, NOW, Log, corrupt_value
+from tests.harness.streams import GUID_A, GUID_B, NOW, Log, corrupt_value
 
 
 def run_check(path, *args, stdin: str | None = None):

@@ -6,7 +6,7 @@ from kdiv.div.segment import Segment
 from kdiv.div.stamper import DivStamper
 from kdiv.div.wire import ChecksumType, Kind, decode, record_crc
 from kdiv.state.codec import StateDecodeError, decode_segment, encode_segment
-from tests.streams import GUID_A
+from tests.harness.streams import GUID_A
 
 
 def headers(records):

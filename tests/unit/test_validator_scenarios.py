@@ -6,7 +6,7 @@ from kdiv.div.faults import Verdict
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
 from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
-from tests.streams import (
+from tests.harness.streams import (
     GUID_A,
     GUID_B,
     NOW,

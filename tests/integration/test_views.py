@@ -9,17 +9,10 @@ import uuid
 import aiohttp
 import pytest
 
-from tests.workerproc import (
-    WorkerProcess,
-    free_port,
-    http_json,
-    incident_differences,
-    oracle,
-    produce_with_faults,
-    read_incidents,
-    wait_for_split,
-    wait_until_caught_up,
-)
+from tests.harness.broker import produce_with_faults, read_incidents, wait_until_caught_up
+from tests.harness.http import http_json, wait_for_split
+from tests.harness.oracle import incident_differences, oracle
+from tests.harness.processes import WorkerProcess, free_port
 
 PARTITIONS = 4
 

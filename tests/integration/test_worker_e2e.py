@@ -13,14 +13,9 @@ import asyncio
 import uuid
 
 from kdiv.writer import DivWriter
-from tests.workerproc import (
-    WorkerProcess,
-    incident_differences,
-    oracle,
-    produce_with_faults,
-    read_incidents,
-    wait_until_caught_up,
-)
+from tests.harness.broker import produce_with_faults, read_incidents, wait_until_caught_up
+from tests.harness.oracle import incident_differences, oracle
+from tests.harness.processes import WorkerProcess
 
 
 async def test_exactly_once_worker_runs_commits_and_reports_the_faults(bootstrap, topic_factory, tmp_path):

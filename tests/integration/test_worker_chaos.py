@@ -20,24 +20,19 @@ import uuid
 
 import pytest
 
-from tests.workerproc import (
-    WorkerProcess,
+from tests.harness.broker import (
     committed_offsets,
     dump_topics,
     exact_end_offsets,
-    free_port,
-    incident_differences,
-    latest,
-    oracle,
-    owners,
     produce_with_faults,
     read_incidents,
     read_table,
     record_offsets,
-    router_view,
-    state_differences,
     wait_until_caught_up,
 )
+from tests.harness.http import owners, router_view
+from tests.harness.oracle import incident_differences, latest, oracle, state_differences
+from tests.harness.processes import WorkerProcess, free_port
 
 pytestmark = pytest.mark.broker
 

@@ -26,7 +26,7 @@ from kdiv.reconcile.topics import (
 )
 from kdiv.state.values import StateValues
 from kdiv.worker.live import LiveValidation
-from tests.streams import GUID_A, NOW, Log, corrupt_value
+from tests.harness.streams import GUID_A, NOW, Log, corrupt_value
 
 KAFKA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "

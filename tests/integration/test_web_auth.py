@@ -9,14 +9,9 @@ import aiohttp
 import pytest
 
 from kdiv.config.settings import Settings, SettingsError
-from tests.workerproc import (
-    WorkerProcess,
-    free_port,
-    http_json,
-    produce_with_faults,
-    wait_for_split,
-    wait_until_caught_up,
-)
+from tests.harness.broker import produce_with_faults, wait_until_caught_up
+from tests.harness.http import http_json, wait_for_split
+from tests.harness.processes import WorkerProcess, free_port
 
 PARTITIONS = 4
 TOKEN = "kdiv-test-token-" + uuid.uuid4().hex

@@ -17,7 +17,7 @@ from kdiv.state.codec import StateDecodeError, decode_state
 from kdiv.state.framing import unframe
 from kdiv.state.values import StateValues
 from kdiv.worker.live import LiveValidation
-from tests.streams import GUID_A, NOW, Log
+from tests.harness.streams import GUID_A, NOW, Log
 
 
 def live_for(compacted: set[str]) -> LiveValidation:

@@ -17,7 +17,7 @@ from kdiv.div.wire import (
     encode,
     record_crc,
 )
-from tests.streams import GUID_A
+from tests.harness.streams import GUID_A
 
 
 def test_record_crc_covers_kind_lengths_key_and_value_exactly():

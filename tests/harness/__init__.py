@@ -1,0 +1,1 @@
+"""The tests' and benches' shared harness, by concern."""
