@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -78,7 +79,7 @@ class Bench:
     topic: str
     librdkafka: dict  # bootstrap.servers and --consumer-config
     librdkafka_tuning: dict  # --consumer-config alone
-    spark: object | None = None  # SparkSession, built once
+    spark: Any = None  # SparkSession, built once
     # Processes whose CPU (with their descendants': the broker, Spark's JVM and Python
     # workers) is the bench's own.
     own_pids: list[int] = field(default_factory=list)
@@ -125,7 +126,7 @@ def produce(bench: Bench) -> float:
         }
     )
     values = [os.urandom(args.value_size) for _ in range(_VALUE_POOL)]
-    header = [("div", os.urandom(DIV_HEADER_SIZE))]
+    header: list = [("div", os.urandom(DIV_HEADER_SIZE))]
     distinct_keys = max(1, args.records // 4)
     start = time.perf_counter()
     for i in range(args.records):
@@ -188,7 +189,7 @@ def stage_plain(bench: Bench, snapshot: Snapshot) -> int:
                         f"reading {r.topic}[{r.partition}] at offset {next_offset}: {messages[-1].error()}"
                     )
                 read += len(messages)
-                next_offset = messages[-1].offset() + 1
+                next_offset = messages[-1].offset() + 1  # type: ignore[operator]  # consumed: has an offset
             consumer.unassign()
     finally:
         consumer.close()
@@ -209,7 +210,9 @@ def stage_datasource(bench: Bench, snapshot: Snapshot) -> int:
         batch_records=bench.args.batch_records,
     )
     latest = df.groupBy("key").agg(F.max("offset").alias("latest_offset"), F.count("*").alias("records"))
-    keys, records = latest.agg(F.count("*"), F.sum("records")).first()
+    totals = latest.agg(F.count("*"), F.sum("records")).first()
+    assert totals is not None, "an aggregation without grouping has one row"
+    keys, records = totals
     expected_keys = min(max(1, bench.args.records // 4), snapshot.records_planned)
     if records != snapshot.records_planned or keys > expected_keys:
         raise BenchError(
@@ -337,7 +340,7 @@ def report(args: argparse.Namespace, results: dict[tuple[str, int], list[Measure
             rate = median_rate(name, size)
             print(
                 f"{name:10s} {size:>10,} {rate:>15,.0f} {max(m.per_minute for m in ms):>13,.0f} "
-                f"{rate / 60:>9,.0f} {statistics.median(m.others for m in ms):>7.0%}"
+                f"{rate / 60:>9,.0f} {statistics.median(m.others or 0.0 for m in ms):>7.0%}"
             )
     print()
     for numerator, denominator in RATIOS:

@@ -129,7 +129,7 @@ async def topic_sizes(
                     continue
                 partitions = sorted(found)
             else:
-                partitions = range(count)
+                partitions = list(range(count))
             ends[topic] = await end_offsets(consumer, [TopicPartition(topic, p) for p in partitions], tansu=tansu)
         return ends
     finally:
@@ -262,16 +262,26 @@ class WorkerRun:
     profile: Path | None = None
 
     @property
+    def ready_at(self) -> float:
+        assert self.ready is not None, "the group was seen Stable"
+        return self.ready
+
+    @property
+    def done_at(self) -> float:
+        assert self.done is not None, "the run was done"
+        return self.done
+
+    @property
     def startup_s(self) -> float:
-        return self.ready - self.spawned
+        return self.ready_at - self.spawned
 
     @property
     def end_to_end_rate(self) -> float:
-        return self.records / (self.done - self.spawned)
+        return self.records / (self.done_at - self.spawned)
 
     @property
     def after_ready_rate(self) -> float:
-        return self.records / max(self.done - self.ready, 1e-9)
+        return self.records / max(self.done_at - self.ready_at, 1e-9)
 
     @property
     def steady_rate(self) -> float | None:
@@ -280,7 +290,7 @@ class WorkerRun:
             (t0, c0), (t1, c1) = inside[0], inside[-1]
         elif inside:
             # Too few commits inside the run: from the first commit to completion instead.
-            (t0, c0), (t1, c1) = inside[0], (self.done - self.spawned, self.records)
+            (t0, c0), (t1, c1) = inside[0], (self.done_at - self.spawned, self.records)
         else:
             return None
         return (c1 - c0) / (t1 - t0)
@@ -421,7 +431,7 @@ async def run_worker(
         run.rss_bytes = peak_rss_bytes(process.pid)
         if run.ready is None:  # finished between two polls
             run.ready = run.done
-        else:
+        elif cpu_start is not None:
             run.cpu = cpu_shares(cpu_start, cpu_end)
         if spy is not None:
             stop_py_spy(spy, spy_log)
@@ -566,8 +576,8 @@ def summarize_profile(path: Path, top: int) -> list[str]:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        frames = stack.split(";")
-        samples.append((frames[0], [_frame(f) for f in frames[1:]], int(count)))
+        thread_name, *frame_texts = stack.split(";")
+        samples.append((thread_name, [_frame(f) for f in frame_texts], int(count)))
     total = sum(n for *_, n in samples)
     if not total:
         return ["py-spy collected no samples"]
@@ -721,7 +731,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         )
         run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant, profile=True)
         print(f"  under the profiler: steady {fmt_rate(run.steady_rate)}; CPU {run.cpu}; raw stacks: {run.profile}")
-        for line in summarize_profile(run.profile, args.top):
+        for line in summarize_profile(run.profile, args.top) if run.profile else ():
             print("  " + line)
 
 
@@ -805,7 +815,7 @@ def main() -> None:
         else:
             broker = DevBroker(port=0).start()
             bootstrap = broker.bootstrap
-            broker_pid = broker._process.pid
+            broker_pid = broker.pid
         if not os.environ.get("KDIV_SCHEMA_REGISTRY_URL"):
             # Workers register their state schema at start (worker_env passes the URL on).
             registry = DevRegistryProcess(bootstrap).start()

@@ -43,7 +43,7 @@ def _docker_engine_answers() -> bool:
     try:
         import docker
 
-        docker.from_env(timeout=2).ping()
+        docker.from_env(timeout=2).ping()  # type: ignore[attr-defined]  # docker's client, when installed
     except Exception:  # no client library, no socket, engine down: all mean "no Docker"
         return False
     return True

@@ -107,6 +107,11 @@ class DevBroker:
         return f"{_host_for_address(self.host)}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (for CPU accounting)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

@@ -107,7 +107,7 @@ async def read_incidents(bootstrap: str, app_id: str) -> dict[bytes, list[Incide
     """
     found: dict[bytes, list[Incident]] = defaultdict(list)
     async for record in read_snapshot(bootstrap, f"{app_id}-incidents"):
-        if record.value is not None:
+        if record.value is not None and record.key is not None:
             found[record.key].append(Incident.from_value(record.value))
     return dict(found)
 
@@ -115,14 +115,15 @@ async def read_incidents(bootstrap: str, app_id: str) -> dict[bytes, list[Incide
 async def read_table(bootstrap: str, app_id: str, partitions: int, table: str = "state") -> dict[bytes, bytes]:
     """A table ("state" or the "keys" ledger) as its changelog says (last value per key;
     tombstones delete)."""
-    name = table
-    table: dict[bytes, bytes] = {}
-    async for record in read_snapshot(bootstrap, f"{app_id}-{name}-p{partitions}-changelog"):
+    entries: dict[bytes, bytes] = {}
+    async for record in read_snapshot(bootstrap, f"{app_id}-{table}-p{partitions}-changelog"):
+        if record.key is None:
+            continue
         if record.value is None:
-            table.pop(record.key, None)
+            entries.pop(record.key, None)
         else:
-            table[record.key] = record.value
-    return table
+            entries[record.key] = record.value
+    return entries
 
 
 async def dump_topics(bootstrap: str, topics: Iterable[str], directory: Path) -> list[Path]:

@@ -51,7 +51,7 @@ async def wait_for_split(
     deadline = loop.time() + timeout
     while True:
         status, body = await http_json(session, "GET", f"{workers[0].url}/partitions/", headers)
-        owners = {item["partition"]: item["worker"] for item in body["items"]} if status == 200 else {}
+        owners = {item["partition"]: item["worker"] for item in body["items"]} if isinstance(body, dict) else {}
         if len(owners) == partitions and len(set(owners.values())) == len(workers):
             return owners
         if loop.time() > deadline:

@@ -93,9 +93,15 @@ class WorkerProcess:
         env.update(self.extra_env)
         return env
 
+    @property
+    def _running(self) -> subprocess.Popen:
+        """The process of the current (or last) run."""
+        assert self.proc is not None, f"worker {self.name} was never started"
+        return self.proc
+
     def start(self) -> WorkerProcess:
         if self.alive:
-            raise RuntimeError(f"worker {self.name} is already running (pid {self.proc.pid})")
+            raise RuntimeError(f"worker {self.name} is already running (pid {self.pid})")
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         with open(self.log_path, "ab") as log:
@@ -127,8 +133,8 @@ class WorkerProcess:
         if not self.alive:
             raise AssertionError(f"worker {self.name} died before it was killed:\n{self.log_tail()}")
         killed_at = time.monotonic()
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self._running.send_signal(signal.SIGKILL)
+        self._running.wait(timeout=10)
         self._note(f"SIGKILL at {time.time():.3f} (ready: {self.ready})")
         return killed_at
 
@@ -149,7 +155,7 @@ class WorkerProcess:
         """Ask the worker to log the stack of every thread and asyncio task (mode's SIGUSR1)."""
         if self.alive:
             self._note(f"SIGUSR1 at {time.time():.3f}: stacks follow")
-            self.proc.send_signal(signal.SIGUSR1)
+            self._running.send_signal(signal.SIGUSR1)
 
     def restart(self, keep_data: bool = True) -> WorkerProcess:
         """Start again after a kill or stop; without its data dir the state comes from the changelog."""
@@ -188,7 +194,7 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         while not self.ready:
             if not self.alive:
-                raise AssertionError(f"worker {self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise AssertionError(f"worker {self.name} exited with {self._running.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"worker {self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
             await asyncio.sleep(0.05)

@@ -59,7 +59,7 @@ def produce(bootstrap: str, topic: str, count: int, *, first: int = 0) -> list[t
         else:
             headers = [("n", b"%d" % i), ("n", b"again"), ("empty", b"")]
         timestamp = BASE_TIMESTAMP_MS + i
-        producer.produce(topic, value=value, key=key, partition=partition, timestamp=timestamp, headers=headers)
+        producer.produce(topic, value=value, key=key, partition=partition, timestamp=timestamp, headers=headers)  # type: ignore[arg-type]  # None values are sent as null headers
         sent.append((partition, key, value, timestamp, headers))
     assert producer.flush(30) == 0
     return sent
@@ -84,7 +84,7 @@ def confluent_read(bootstrap: str, ranges: tuple[PartitionRange, ...]) -> set[tu
                 if message is None:
                     continue
                 assert message.error() is None, message.error()
-                last = message.offset()
+                last = message.offset()  # type: ignore[assignment]  # consumed records have offsets
                 if last < r.end:
                     timestamp_type, timestamp = message.timestamp()
                     rows.add(

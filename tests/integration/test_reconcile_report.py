@@ -307,13 +307,13 @@ def test_discrepancies_parquet_reads_back_as_the_planted_rows(
 
 
 def test_discrepancies_are_laid_out_by_topic_then_class(written: report.ReportFiles) -> None:
-    leaves = {
-        path.parent.relative_to(written.discrepancies).as_posix() for path in written.discrepancies.rglob("*.parquet")
-    }
+    discrepancies = written.discrepancies
+    assert discrepancies is not None
+    leaves = {path.parent.relative_to(discrepancies).as_posix() for path in discrepancies.rglob("*.parquet")}
     planted_pairs = {f"topic={row[1]}/class={row[0]}" for row in PLANTED}
     assert leaves == planted_pairs
     # One file per (topic, class): each directory holds its findings in one sorted file.
-    assert len(list(written.discrepancies.rglob("*.parquet"))) == len(planted_pairs)
+    assert len(list(discrepancies.rglob("*.parquet"))) == len(planted_pairs)
 
 
 def test_sequences_parquet_reads_back(written: report.ReportFiles, report_spark: SparkSession) -> None:
@@ -433,6 +433,7 @@ def test_clean_report_says_so_without_plots(
     assert "No findings, so nothing to plot." in text
     assert all(as_int(row["Findings"]) == 0 for row in table_dicts(page, "counts-by-class"))
     # The earlier run's Parquet is gone: nothing in out_dir speaks of findings this run lacks.
+    assert files.discrepancies is not None
     assert list(files.discrepancies.rglob("*.parquet")) == []
     assert files.sequences is None and not (out_dir / report.SEQUENCES_DIR).exists()
     assert report_spark.read.schema(FINDINGS_SCHEMA).parquet(str(files.discrepancies)).count() == 0
@@ -523,6 +524,10 @@ def test_unknown_status_is_refused() -> None:
         prometheus.build_registry({**failed_summary(), "status": "fine"})
 
 
+class _RecordingServer(HTTPServer):
+    received: list[tuple[str, str, str]]
+
+
 class _Recorder(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._record()
@@ -532,6 +537,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
     def _record(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        assert isinstance(self.server, _RecordingServer)
         self.server.received.append((self.command, self.path, body.decode("utf-8")))
         self.send_response(200)
         self.end_headers()
@@ -541,7 +547,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 def test_push_sends_the_gauges_to_the_gateway(written: report.ReportFiles) -> None:
-    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    server = _RecordingServer(("127.0.0.1", 0), _Recorder)
     server.received = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -31,12 +31,13 @@ from kdiv.registry.subjects import (
 
 
 def record_schema(name: str, *fields: tuple[str, str | list, object]) -> str:
-    body = {"type": "record", "name": name, "namespace": "kdiv.test", "fields": []}
+    fields_json: list[dict] = []
+    body = {"type": "record", "name": name, "namespace": "kdiv.test", "fields": fields_json}
     for field_name, field_type, *default in fields:
-        entry = {"name": field_name, "type": field_type}
+        entry: dict[str, object] = {"name": field_name, "type": field_type}
         if default:
             entry["default"] = default[0]
-        body["fields"].append(entry)
+        fields_json.append(entry)
     return json.dumps(body)
 
 
@@ -150,7 +151,7 @@ async def _after_restart(url: str, schema_id: int, later: str):
         await client.close()
 
 
-async def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+async def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
     return [(r.key, r.value) async for r in read_snapshot(bootstrap, topic)]
 
 

@@ -164,7 +164,7 @@ async def wait_for_assignment(group: list[WorkerProcess], topic: str, changelog:
     Faust's assignor is sticky: with 4 partitions, a third worker may own none (2/2/0)."""
     deadline = time.monotonic() + timeout
     urls = {w.url for w in group}
-    last = None
+    last: object = None
     while True:
         try:
             views = [await router_view(w) for w in group]
@@ -180,7 +180,9 @@ async def wait_for_assignment(group: list[WorkerProcess], topic: str, changelog:
                 return source, table
             last = views
         if time.monotonic() > deadline:
-            raise AssertionError(f"no single-owner assignment over {sorted(urls)} after {timeout:.0f} s: {last}")
+            raise AssertionError(
+                f"no single-owner assignment over {sorted(map(str, urls))} after {timeout:.0f} s: {last}"
+            )
         await asyncio.sleep(0.25)
 
 

@@ -58,7 +58,7 @@ def _names_of_argument(parents: dict, argument: ast.AST) -> list[str]:
             and isinstance(parts[1], ast.FormattedValue)
             and isinstance(parts[1].value, ast.Name)
         ):
-            return [parts[0].value + v for v in _loop_values(parents, argument, parts[1].value.id)]
+            return [str(parts[0].value) + v for v in _loop_values(parents, argument, parts[1].value.id)]
     return []
 
 

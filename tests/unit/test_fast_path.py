@@ -95,7 +95,7 @@ def _fields(record: ConsumedRecord) -> tuple:
 
 
 def _saved_state(validator: DataIntegrityValidator) -> dict:
-    state = {}
+    state: dict[tuple, bytes] = {}
     for (topic, partition), part in validator.partitions.items():
         state[(topic, partition)] = encode_partition(part)
         for guid, segment in part.tracker.segments.items():

@@ -28,11 +28,13 @@ def live_for(compacted: set[str]) -> LiveValidation:
 
 def ledger_after(live: LiveValidation, topic: str, partition: int = 0) -> dict[bytes, KeyValidation]:
     values = StateValues(7)
-    out = {}
+    out: dict[bytes, KeyValidation] = {}
     for key, value in live.take_ledger_writes(topic, partition):
         got_topic, got_partition, record_key = parse_ledger_key(key)
         assert (got_topic, got_partition) == (topic, partition)
-        out[record_key] = values.decode(value)
+        decoded = values.decode(value)
+        assert isinstance(decoded, KeyValidation)
+        out[record_key] = decoded
     return out
 
 

@@ -85,8 +85,8 @@ class SimulatedWorker:
         self.live.load(TOPIC, 0, saved.items())
 
     def run_unit(self, unit: list[ConsumedRecord], log: list) -> None:
-        incidents = []
-        writes = []
+        incidents: list = []
+        writes: list = []
         for record in unit:
             if self.live.opens_unit(record):
                 writes.append(self._flush(incidents))

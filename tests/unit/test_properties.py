@@ -59,7 +59,8 @@ def writer_output(draw):
 
 def _segment_groups(out: list[OutgoingRecord]) -> list[list[int]]:
     """Indexes into `out` of each closed segment's records, SOS..EOS, per partition."""
-    groups, open_by_partition = [], {}
+    groups: list[list[int]] = []
+    open_by_partition: dict[int, list[int]] = {}
     for i, record in enumerate(out):
         group = open_by_partition.setdefault(record.partition, [])
         group.append(i)
