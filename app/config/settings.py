@@ -79,7 +79,6 @@ class Settings:
     heartbeat_interval_s: float = 0.5
     standby_replicas: int = 1
     replication_factor: int = 1
-    # A unit of work: records validated between two state writes.
     # Records validated at most between two state writes (written at every commit anyway).
     batch_max: int = 100_000
     commit_interval_s: float = 1.0

@@ -138,7 +138,12 @@ class DataIntegrityValidator:
         return policy
 
     def validate(self, record: ConsumedRecord, now_ms: int) -> ValidationResult:
+        """The verdict on one record, its effects applied to the partition's state."""
         found, raw = _scan_div_header(record.headers)
+        return self.validate_scanned(record, now_ms, found, raw)
+
+    def validate_scanned(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
+        """`validate`, for a caller that already scanned the headers (`scan_div_header`)."""
         # Fast path: an intact in-order DATA record of a known producer, read straight from
         # the header bytes. Anything else takes the full path below.
         if found == 1 and raw is not None and len(raw) == COMMON_SIZE:

@@ -148,19 +148,26 @@ class LiveValidation:
 
     # -- validation --------------------------------------------------------------------------
 
-    def opens_unit(self, record: ConsumedRecord) -> bool:
-        """True when pending writes of the record's partition must be made before it."""
+    def opens_unit(self, record: ConsumedRecord, scanned: tuple[int, bytes | None] | None = None) -> bool:
+        """True when pending writes of the record's partition must be made before it.
+
+        `scanned`: the record's `scan_div_header`, when the caller has it (one scan a record)."""
         if not self._dirty.get((record.topic, record.partition)):
             return False
         # The kind byte first: the full rule (`_producer_of`) only for the rare push marker.
-        found, raw = scan_div_header(record.headers)
+        found, raw = scanned or scan_div_header(record.headers)
         if found != 1 or raw is None or len(raw) < 2 or raw[1] not in _PUSH_MARKERS:
             return False
         _guid, kind = _producer_of(record)
         return kind in _PUSH_MARKERS
 
-    def process(self, record: ConsumedRecord, now_ms: int) -> ValidationResult | None:
-        """Validate one record; None when it is a replay whose effect is already saved."""
+    def process(
+        self, record: ConsumedRecord, now_ms: int, scanned: tuple[int, bytes | None] | None = None
+    ) -> ValidationResult | None:
+        """Validate one record; None when it is a replay whose effect is already saved.
+
+        `scanned`: the record's `scan_div_header`, when the caller has it (one scan a record)."""
+        found, raw = scanned or scan_div_header(record.headers)
         tp = (record.topic, record.partition)
         if tp not in self._loaded:
             raise RuntimeError(f"{record.topic}[{record.partition}] is validated before its state is loaded")
@@ -180,11 +187,11 @@ class LiveValidation:
                 return None
             # The partition state already holds this record's effects: keep them as they are.
             saved = (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts))
-            result = self.validator.validate(record, now_ms)
+            result = self.validator.validate_scanned(record, now_ms, found, raw)
             part.in_push, part.push_failed, part.last_offset, part.records, part.verdict_counts = saved
             dirty.add(guid)
             return result
-        result = self.validator.validate(record, now_ms)
+        result = self.validator.validate_scanned(record, now_ms, found, raw)
         if result.guid is not None:
             dirty.add(result.guid)
         else:

@@ -30,6 +30,7 @@ from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.div.wire import scan_div_header
 from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.registry.client import SchemaRegistry
@@ -321,10 +322,11 @@ class ValidationWorker:
             for record in records:
                 if check_schemas:
                     self._note_framing(record, self._framed)
-                if live.opens_unit(record):
+                scanned = scan_div_header(record.headers)
+                if live.opens_unit(record, scanned):
                     # A push marker: what came before it is written before it is judged.
                     await self._write_units([key])
-                result = live.process(record, now)
+                result = live.process(record, now, scanned)
                 if result is None:
                     continue
                 incident = incident_for(result, now)

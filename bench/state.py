@@ -1,0 +1,122 @@
+"""Validator state at scale: memory per producer-partition, and the time to load it after a takeover.
+
+    python bench/state.py [--producer-partitions 1000000] [--partitions 8] [--max-age-ms 3600000]
+
+Builds the table entries a worker would hold for N producer-partitions (each producer a
+GUID with a mid-segment ADHASH state, as many short-lived producers leave behind) spread over
+K partitions of one topic, then, in this process:
+
+1. the baseline: decoding every value with the worker's own codec (fastavro), nothing kept;
+2. loading them the way a worker does when it is assigned the partitions
+   (`LiveValidation.load_many` over the table's items), timed, and the resident memory it
+   adds (VmRSS before and after, the entries themselves excluded) per producer-partition;
+3. expiry: one record per partition whose timestamp is past KDIV_MAX_AGE_MS of every saved
+   producer, then a checkpoint: how many producer states remain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kdiv.div.segment import Segment  # noqa: E402
+from kdiv.div.stamper import DivStamper  # noqa: E402
+from kdiv.div.validator import DataIntegrityValidator, PartitionValidation  # noqa: E402
+from kdiv.div.wire import ChecksumType  # noqa: E402
+from kdiv.state.tables import partition_key, producer_key  # noqa: E402
+from kdiv.state.values import StateValues  # noqa: E402
+from kdiv.worker.live import LiveValidation  # noqa: E402
+from tests.harness.streams import NOW, Log  # noqa: E402
+
+TOPIC = "orders"
+SCHEMA_ID = 1
+
+
+def resident_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def table_items(producer_partitions: int, partitions: int, values: StateValues) -> list[tuple[bytes, bytes]]:
+    rng = random.Random(7)
+    items = [(partition_key(TOPIC, p), values.encode(PartitionValidation())) for p in range(partitions)]
+    for i in range(producer_partitions):
+        segment = Segment(rng.randrange(1 << 16), rng.randrange(1 << 31), ChecksumType.ADHASH)
+        segment.started = segment.registered = True
+        segment.checksum = rng.getrandbits(64)
+        segment.last_offset = rng.randrange(1 << 40)
+        segment.last_producer_ts = NOW - rng.randrange(86_400_000)
+        items.append((producer_key(TOPIC, i % partitions, rng.randbytes(16)), values.encode(segment)))
+    return items
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--producer-partitions", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--max-age-ms", type=int, default=3_600_000)
+    args = parser.parse_args()
+
+    values = StateValues(SCHEMA_ID)
+    items = table_items(args.producer_partitions, args.partitions, values)
+    wanted = {(TOPIC, p) for p in range(args.partitions)}
+    print(
+        f"{args.producer_partitions:,} producer-partitions over {args.partitions} partitions, "
+        f"{sum(len(k) + len(v) for k, v in items) / len(items):.0f} bytes of key and value each in the table"
+    )
+
+    start = time.perf_counter()
+    for _key, value in items:
+        values.decode(value)
+    decode_s = time.perf_counter() - start
+    print(f"baseline, decoding every value: {decode_s:.2f} s")
+
+    gc.collect()
+    before = resident_bytes()
+    live = LiveValidation(DataIntegrityValidator(max_age_ms=args.max_age_ms), values)
+    start = time.perf_counter()
+    live.load_many(wanted, items)
+    load_s = time.perf_counter() - start
+    gc.collect()
+    added = resident_bytes() - before
+    loaded = sum(len(live.validator.partitions[tp].tracker.segments) for tp in wanted)
+    assert loaded == args.producer_partitions, (loaded, args.producer_partitions)
+    print(
+        f"load (LiveValidation.load_many): {load_s:.2f} s, {load_s / decode_s:.2f}x the decode alone; "
+        f"goal <= 30 s at 1M: {'met' if load_s <= 30 * args.producer_partitions / 1e6 else 'NOT met'}"
+    )
+    per = added / args.producer_partitions
+    print(
+        f"resident memory added: {added / 2**20:,.0f} MiB, {per:.0f} bytes per producer-partition; "
+        f"goal <= 300: {'met' if per <= 300 else 'NOT met'}"
+    )
+
+    # Expiry: a new producer's record on each partition, later than every saved state by max age.
+    late = NOW + args.max_age_ms + 1
+    stamper = DivStamper(b"\xee" * 16)
+    log = Log(TOPIC)
+    for p in range(args.partitions):
+        for record in log.add_outgoing(stamper.data(TOPIC, p, b"k", b"v", late), timestamp=late):
+            live.process(record, late)
+    remaining = 0
+    for topic, p in sorted(wanted):
+        checkpoint = live.validator.checkpoint(topic, p)
+        remaining += len(checkpoint.upserts)
+    print(
+        f"after one record per partition {args.max_age_ms} ms past them (KDIV_MAX_AGE_MS): "
+        f"{remaining:,} producer states remain of {args.producer_partitions + args.partitions:,}"
+    )
+
+
+if __name__ == "__main__":
+    main()
