@@ -32,18 +32,17 @@ group is Stable with a member. Figures per worker run:
 - startup: process start -> group Stable;
 - end-to-end: records / (process start -> all committed);
 - after ready: records / (group Stable -> all committed); includes the worker's table
-  recovery and the last commit's lag (up to KDIV_COMMIT_INTERVAL_S);
-- steady: the slope of the committed-offset curve between the first and the last commit seen
-  strictly between 0 and the end. Both ends are commit ticks seen by the same poll, so
-  neither startup nor the final commit's lag is in it: the validation rate. The ratio uses it.
+  recovery and the last commit's lag (up to KDIV_COMMIT_INTERVAL_S). The ratio uses it;
+- commit slope: the slope of the committed-offset curve between the first and the last commit
+  seen strictly between 0 and the end. Not the validation rate: a commit that takes long
+  while validation goes on (seen with kdiv on the embedded broker) makes it far too high.
 - CPU: the worker's and the broker's CPU time over (ready, done) as a share of one core (a
   worker near 100% is CPU-bound: the GIL), and "others": what the machine spent on processes
   this bench did not start; well above 0 means the run shared the cores and its figure is low.
 
-A fast worker gets through 200 000 records within a few commit intervals, so its steady
-figure is coarse (commit ticks, each seen within --poll-s): give it more --records, or read
-its "after ready" figure, which for it includes little besides the work. RSS is the worker's
-peak resident memory (VmHWM).
+A fast worker gets through 200 000 records within a few seconds, so the fixed part of "after
+ready" (recovery, the last commit) weighs: give it more --records (1 000 000). RSS is the
+worker's peak resident memory (VmHWM).
 
 The figure to watch is the ratio kdiv/bare; absolute records/s depend on the machine (the
 broker, the bench and the worker share its cores).
@@ -633,18 +632,10 @@ def fmt_rate(rate: float | None) -> str:
 
 
 def report(run: WorkerRun, bare_rate: float, verbose: bool) -> None:
-    steady = run.steady_rate
-    if steady:
-        head = f"steady {fmt_rate(steady)}, ratio to bare {steady / bare_rate:.3f}"
-    else:
-        head = (
-            f"after ready {fmt_rate(run.after_ready_rate)}, ratio to bare {run.after_ready_rate / bare_rate:.3f} "
-            "(too few commits inside the run for a steady figure)"
-        )
-    print(f"  {run.variant} ({run.batch}): {head}")
+    rate = run.after_ready_rate
+    print(f"  {run.variant} ({run.batch}): after ready {fmt_rate(rate)}, ratio to bare {rate / bare_rate:.3f}")
     print(
-        f"      startup {run.startup_s:.1f} s | after ready {fmt_rate(run.after_ready_rate)} "
-        f"({run.after_ready_rate / bare_rate:.3f}) | end-to-end {fmt_rate(run.end_to_end_rate)} | "
+        f"      startup {run.startup_s:.1f} s | commit slope {fmt_rate(run.steady_rate)} | end-to-end {fmt_rate(run.end_to_end_rate)} | "
         f"state writes {run.state_writes} ({run.state_writes / run.records:.3f}/record) | "
         f"incidents {run.incidents} | CPU {run.cpu} | RSS {fmt_bytes(run.rss_bytes)}"
     )
@@ -683,10 +674,9 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         )
         if round_ == 0:
             print(
-                "worker runs (tables on). steady: slope of the group's committed offsets between the first and last "
-                "commit inside the run (startup and the final commit's lag excluded); startup: process start -> "
-                "group Stable (DescribeGroups); after ready: group Stable -> all committed; CPU over (ready, done), "
-                "% of one core:"
+                "worker runs (tables on). after ready: group Stable (DescribeGroups) -> all committed; startup: "
+                "process start -> group Stable; commit slope: committed offsets between the first and last commit "
+                "inside the run; CPU over (ready, done), % of one core:"
             )
         for variant, batch in configs:
             run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant)
@@ -695,7 +685,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
     bare_rate = statistics.median(bare_rates)
 
     def rate_of(run: WorkerRun) -> float:
-        return run.steady_rate or run.after_ready_rate
+        return run.after_ready_rate
 
     kdiv_results = [
         (config, statistics.median(map(rate_of, runs))) for config, runs in results.items() if config[0] == "kdiv"
@@ -708,19 +698,15 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         print(f"kdiv/bare ratio{setting}: {ratio:.3f}; goal >= {goal}: {'met' if ratio >= goal else 'NOT met'}")
     if len(configs) > 1 or args.repeat > 1:
         spread = f"median of {args.repeat} rounds, [min-max]; " if args.repeat > 1 else ""
-        print(
-            f"summary (bare aiokafka consumer: {fmt_rate(bare_rate)}; {spread}rate = steady, or after ready "
-            "when marked *):"
-        )
+        print(f"summary (bare aiokafka consumer: {fmt_rate(bare_rate)}; {spread}rate = after ready):")
         for (variant, batch), runs in results.items():
             rates = sorted(map(rate_of, runs))
             rate = statistics.median(rates)
-            mark = " " if all(run.steady_rate for run in runs) else "*"
             span = f"  [{rates[0]:,.0f}-{rates[-1]:,.0f}]" if len(rates) > 1 else ""
             writes = statistics.median(run.state_writes / run.records for run in runs)
             startup = statistics.median(run.startup_s for run in runs)
             print(
-                f"  {variant + ' (' + str(batch) + ')':<36} {rate:>10,.0f}{mark} records/s  "
+                f"  {variant + ' (' + str(batch) + ')':<36} {rate:>10,.0f} records/s  "
                 f"ratio {rate / bare_rate:.3f}{span}  startup {startup:.1f} s  state writes/record {writes:.3f}"
             )
     for variant in args.profile or ():
@@ -730,7 +716,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
             "from group Stable to all committed"
         )
         run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant, profile=True)
-        print(f"  under the profiler: steady {fmt_rate(run.steady_rate)}; CPU {run.cpu}; raw stacks: {run.profile}")
+        print(f"  under the profiler: {fmt_rate(run.after_ready_rate)}; CPU {run.cpu}; raw stacks: {run.profile}")
         for line in summarize_profile(run.profile, args.top) if run.profile else ():
             print("  " + line)
 

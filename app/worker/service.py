@@ -45,7 +45,12 @@ from kdiv.state.tables import (
 from kdiv.state.values import StateValues
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
-from kdiv.worker.faustcompat.internals import changelog_highwater, recovery_status, restored_partitions
+from kdiv.worker.faustcompat.internals import (
+    changelog_highwater,
+    hand_over_table_writes,
+    recovery_status,
+    restored_partitions,
+)
 from kdiv.worker.faustcompat.tables import writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url
 from kdiv.worker.incidents import (
@@ -343,6 +348,7 @@ class ValidationWorker:
             framed, self._framed = self._framed, {}
             await self._judge_schemas(framed, self._pending)
         await self._write_units(sorted(self._unflushed | self._pending.keys()))
+        await hand_over_table_writes(self.app)
         self._unflushed.clear()
         self._unflushed_records = 0
         observed, self._observed = self._observed, []

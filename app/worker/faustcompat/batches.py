@@ -83,13 +83,19 @@ class BatchDrainConsumer:
             return
         consumer_should_stop = self._stopped.is_set  # type: ignore[attr-defined]
         fetcher_should_stop = fetcher._stopped.is_set
+        # The next batch is fetched (and parsed, in the consumer thread) while this one is
+        # validated: otherwise each waits for the other. Batches stay in fetch order.
+        fetching: asyncio.Future | None = None
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
-                records, active = await self._wait_next_records(timeout=1.0)  # type: ignore[attr-defined]
+                if fetching is None:
+                    fetching = asyncio.ensure_future(self._fetch_batch())
+                records, active, generation = await fetching
+                fetching = asyncio.ensure_future(self._fetch_batch())
                 await asyncio.sleep(0)
                 if not records or self.should_stop:  # type: ignore[attr-defined]
                     continue
-                await self._take(handler, records, active, self.app.consumer_generation_id)  # type: ignore[attr-defined]
+                await self._take(handler, records, active, generation)
         except self.consumer_stopped_errors:  # type: ignore[attr-defined]
             if self.transport.app.should_stop:  # type: ignore[attr-defined]
                 return
@@ -98,6 +104,14 @@ class BatchDrainConsumer:
             if self.transport.app.should_stop:  # type: ignore[attr-defined]
                 return
             raise
+        finally:
+            if fetching is not None and not fetching.done():
+                fetching.cancel()
+
+    async def _fetch_batch(self) -> tuple[Any, Any, int]:
+        """Faust's fetch, with the consumer generation it was taken in."""
+        records, active = await self._wait_next_records(timeout=1.0)  # type: ignore[attr-defined]
+        return records, active, self.app.consumer_generation_id  # type: ignore[attr-defined]
 
     async def _take(self, handler: SourceBatchHandler, records, active, generation: int) -> None:
         thread = self._thread  # type: ignore[attr-defined]

@@ -30,3 +30,12 @@ def recovery_status(app: Any) -> dict:
 def peer_topics(app: Any) -> dict:
     """Other workers' web URLs with the topic partitions Faust's assignor gave each."""
     return app.assignor.external_topics_metadata()
+
+
+async def hand_over_table_writes(app: Any) -> None:
+    """Wait until every table write is handed to the Kafka producer.
+
+    Faust queues table writes and a task hands them over one per event-loop turn; while the
+    worker validates a fetched batch the loop does not turn, so without this a commit (which
+    waits for them) would wait for many batches."""
+    await app.producer.buffer.flush()
