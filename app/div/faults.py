@@ -10,6 +10,8 @@ import enum
 
 
 class Verdict(enum.Enum):
+    """What the validator says of one record: OK, a fault class, or that it carries no (readable) DIV metadata."""
+
     OK = "OK"
     DUPLICATE = "DUPLICATE"
     MISSING = "MISSING"
@@ -21,6 +23,7 @@ class Verdict(enum.Enum):
 
     @property
     def is_fault(self) -> bool:
+        """True for the verdicts that are reported as incidents."""
         return self not in (Verdict.OK, Verdict.UNTRACKED)
 
 
@@ -31,6 +34,8 @@ FATAL_VERDICTS = frozenset(
 
 
 class DataValidationError(Exception):
+    """A fault found while tracking a record: its verdict and a detail naming what differs."""
+
     verdict: Verdict
 
     def __init__(self, detail: str) -> None:
@@ -49,6 +54,8 @@ class FatalDataValidation(DataValidationError):
 
 
 class MissingData(FatalDataValidation):
+    """Records or segments of a producer that never arrived (Venice's MISSING)."""
+
     verdict = Verdict.MISSING
 
 
@@ -59,6 +66,8 @@ class ImproperlyStartedSegment(MissingData):
 
 
 class CorruptData(FatalDataValidation):
+    """A record, or a segment's checksum, that does not match what the producer sent."""
+
     verdict = Verdict.CORRUPT
 
 

@@ -22,6 +22,8 @@ _SEP = b"|"
 
 @dataclass(frozen=True, slots=True)
 class KeyValidation:
+    """The key ledger's entry: the last record validated for one key of a compacted topic."""
+
     offset: int
     timestamp: int
     # record_crc(DATA, key, value) of the bytes as validated, whatever the header claims.
@@ -38,6 +40,7 @@ def at_rest_crc(key: bytes | None, value: bytes | None) -> int:
 
 
 def ledger_key(topic: str, partition: int, key: bytes) -> bytes:
+    """The table key of a ledger entry: topic, partition and record key, separable again."""
     # Topic names cannot contain "|"; the record key follows verbatim, "|" or not.
     return f"{topic}|{partition}|".encode() + key
 

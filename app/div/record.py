@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class ConsumedRecord:
+    """A consumed record as the validator reads it; any client's record with these fields will do."""
+
     topic: str
     partition: int
     offset: int
@@ -17,4 +19,5 @@ class ConsumedRecord:
 
     @property
     def where(self) -> str:
+        """topic/partition@offset, for messages."""
         return f"{self.topic}/{self.partition}@{self.offset}"

@@ -9,6 +9,8 @@ from kdiv.div.wire import ChecksumType, adhash_add
 
 
 class SegmentStatus(enum.IntEnum):
+    """Where a producer's segment is in its life, as Venice tracks it."""
+
     NOT_STARTED = 0
     IN_PROGRESS = 1
     END_OF_INTERMEDIATE_SEGMENT = 2
@@ -16,6 +18,7 @@ class SegmentStatus(enum.IntEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """True once the segment has ended."""
         return self >= SegmentStatus.END_OF_INTERMEDIATE_SEGMENT
 
 
@@ -57,6 +60,7 @@ class Segment:
 
     @property
     def status(self) -> SegmentStatus:
+        """The segment's status, derived from its flags."""
         if not self.started:
             return SegmentStatus.NOT_STARTED
         if self.ended:
@@ -66,6 +70,7 @@ class Segment:
         return SegmentStatus.IN_PROGRESS
 
     def add_to_checksum(self, crc: int) -> None:
+        """Fold a record's CRC32 into the segment's running checksum (ADHASH)."""
         if self.checksum is None:
             return
         if self.checksum_finalized:
@@ -80,10 +85,12 @@ class Segment:
         return self.checksum
 
     def end(self, final: bool) -> None:
+        """Mark the segment ended by its END_OF_SEGMENT; `final` when the producer ended for good."""
         self.ended = True
         self.final_segment = final
 
     def copy(self) -> Segment:
+        """An independent copy (state saved aside and restored by the replay logic)."""
         clone = Segment.__new__(Segment)
         for name in Segment.__slots__:
             setattr(clone, name, getattr(self, name))

@@ -33,6 +33,8 @@ CONTROL_VALUE = b""
 
 @dataclass(frozen=True, slots=True)
 class OutgoingRecord:
+    """A record ready to send: the producer's bytes plus its `div` header."""
+
     topic: str
     partition: int
     key: bytes | None
@@ -54,6 +56,8 @@ class _WriterSegment:
 
 
 class DivStamper:
+    """The producer side of DIV, without I/O: segments, sequence numbers and checksums per partition."""
+
     def __init__(
         self,
         guid: bytes | None = None,
@@ -81,6 +85,7 @@ class DivStamper:
         now_ms: int,
         headers: tuple[tuple[str, bytes | None], ...] = (),
     ) -> list[OutgoingRecord]:
+        """A data record stamped for its partition, preceded by START_OF_SEGMENT when one opens."""
         if any(name == HEADER_NAME for name, _ in headers):
             raise ValueError(f"record for {topic}/{partition} already carries a '{HEADER_NAME}' header")
         out: list[OutgoingRecord] = []
@@ -109,6 +114,7 @@ class DivStamper:
         return [record]
 
     def open_partitions(self, topic: str | None = None) -> list[tuple[str, int]]:
+        """(topic, partition) pairs whose segment is open (of one topic, or all)."""
         return [tp for tp, s in self._segments.items() if not s.ended and (topic is None or tp[0] == topic)]
 
     def _segment_for_write(self, topic: str, partition: int, now_ms: int, out: list[OutgoingRecord]) -> _WriterSegment:

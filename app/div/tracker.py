@@ -36,6 +36,8 @@ def _never() -> bool:
 
 
 class PartitionTracker:
+    """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
+
     __slots__ = ("segments",)
 
     def __init__(self) -> None:

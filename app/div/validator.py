@@ -47,6 +47,8 @@ class TopicPolicy:
 
 
 class ValidationResult(NamedTuple):
+    """The verdict on one record, with the producer, segment and sequence it names."""
+
     # A tuple, not a dataclass: one is made per consumed record.
     record: ConsumedRecord
     verdict: Verdict
@@ -75,6 +77,7 @@ class PartitionValidation:
 
     @property
     def counts(self) -> dict[Verdict, int]:
+        """Records of the partition by verdict, OK included."""
         ok = self.records - sum(self.verdict_counts.values())
         return {Verdict.OK: ok, **self.verdict_counts} if ok else dict(self.verdict_counts)
 
@@ -97,6 +100,8 @@ _new_result = tuple.__new__
 
 
 class DataIntegrityValidator:
+    """Venice's DIV checks over consumed records, per topic-partition, with push phases and expiry."""
+
     def __init__(
         self,
         policy: Callable[[str], TopicPolicy] = lambda topic: TopicPolicy(),
@@ -112,9 +117,11 @@ class DataIntegrityValidator:
 
     @property
     def start_in_push(self) -> bool:
+        """True when partitions start inside a push (faults fatal)."""
         return self._start_in_push
 
     def partition(self, topic: str, partition: int) -> PartitionValidation:
+        """The partition's validation state, created on first use."""
         key = (topic, partition)
         state = self.partitions.get(key)
         if state is None:
@@ -129,6 +136,7 @@ class DataIntegrityValidator:
         self.partitions[(topic, partition)] = state
 
     def clear_partition(self, topic: str, partition: int) -> None:
+        """Forget a partition's state (its owner moved it elsewhere)."""
         self.partitions.pop((topic, partition), None)
 
     def _topic_policy(self, topic: str) -> TopicPolicy:

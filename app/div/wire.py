@@ -65,6 +65,8 @@ _UINT64_MASK = (1 << 64) - 1
 
 
 class Kind(enum.IntEnum):
+    """The kind of a `div` header: a data record or one of the control records."""
+
     DATA = 0
     START_OF_SEGMENT = 1
     END_OF_SEGMENT = 2
@@ -95,6 +97,8 @@ class MalformedHeader(ValueError):
 
 
 class DivHeader(NamedTuple):
+    """A decoded `div` header."""
+
     # A tuple, not a dataclass: one is decoded per consumed record.
     kind: Kind
     guid: bytes
@@ -129,6 +133,7 @@ def control_key(guid: bytes, segment: int, seq: int) -> bytes:
 
 
 def encode(header: DivHeader) -> bytes:
+    """The bytes of a `div` header."""
     common = _COMMON.pack(
         FORMAT_VERSION,
         header.kind,

@@ -24,6 +24,8 @@ NO_PRODUCER = "-"
 
 @dataclass(frozen=True, slots=True)
 class Incident:
+    """One fault as the incidents topic and the views hold it."""
+
     topic: str
     partition: int
     producer: str  # GUID as hex, or "-" when the record has no readable producer
@@ -45,12 +47,14 @@ class Incident:
 
     @property
     def identity(self) -> tuple:
+        """What makes two reports the same fault (the compacted topic's key fields)."""
         if self.schema_id is not None:
             return (self.topic, self.partition, self.message_field, self.schema_id, self.verdict)
         return (self.topic, self.partition, self.producer, self.segment, self.seq, self.verdict)
 
     @property
     def key(self) -> bytes:
+        """The incidents topic key: the identity as JSON."""
         if self.schema_id is not None:
             fields = {
                 "topic": self.topic,
@@ -71,6 +75,7 @@ class Incident:
         return json.dumps(fields, separators=(",", ":")).encode()
 
     def to_json(self) -> dict:
+        """The incident as the views show it."""
         fields = asdict(self)
         if self.schema_id is None:  # DIV incidents keep their original shape
             for name in ("schema_id", "message_field", "expected_subject", "registered_subjects", "resolved_at_ms"):
@@ -79,10 +84,12 @@ class Incident:
 
     @property
     def value(self) -> bytes:
+        """The incidents topic value: the incident as JSON."""
         return json.dumps(self.to_json(), separators=(",", ":")).encode()
 
     @classmethod
     def from_value(cls, value: bytes) -> Incident:
+        """An incident read back from the incidents topic; ValueError when it is not one."""
         fields = json.loads(value)
         if fields.get("registered_subjects") is not None:
             fields["registered_subjects"] = tuple(fields["registered_subjects"])
@@ -157,6 +164,7 @@ class RecentIncidents:
         self._by_key: OrderedDict[bytes, Incident] = OrderedDict()
 
     def add(self, key: bytes, incident: Incident) -> None:
+        """Keep an incident read from the topic, replacing an earlier one under the same key."""
         if key in self._by_key:
             self._by_key[key] = incident  # a replay: same fault, kept in its first place
             return
@@ -168,6 +176,7 @@ class RecentIncidents:
         return len(self._by_key)
 
     def newest_first(self) -> Iterator[Incident]:
+        """The kept incidents, newest first."""
         return reversed(self._by_key.values())
 
 
@@ -184,6 +193,7 @@ class FaultRunLog:
         self._runs: dict[tuple[str, int, str], list] = {}
 
     def observe(self, results: Iterable[tuple[ValidationResult, Incident | None]]) -> None:
+        """Log where a producer's run of faults starts and, with its length, where it ends."""
         for result, incident in results:
             record = result.record
             producer = result.guid.hex() if result.guid is not None else NO_PRODUCER

@@ -53,11 +53,14 @@ class StateWrites:
     producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
 
     def in_order(self) -> list[tuple[bytes, bytes | None]]:
+        """(key, value) pairs in the order the crash protocol needs: partition first, then producers."""
         return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
 
 
 @dataclass(frozen=True, slots=True)
 class LoadError:
+    """A table entry that could not be loaded, and why."""
+
     key: bytes
     reason: str
 
@@ -71,6 +74,8 @@ def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
 
 
 class LiveValidation:
+    """Validation over persisted state: what a re-delivered record is, and what to write when."""
+
     def __init__(
         self,
         validator: DataIntegrityValidator,
@@ -91,6 +96,7 @@ class LiveValidation:
     # -- ownership ---------------------------------------------------------------------------
 
     def is_loaded(self, topic: str, partition: int) -> bool:
+        """True when the partition's saved state is installed."""
         return (topic, partition) in self._loaded
 
     def load(self, topic: str, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
@@ -144,6 +150,7 @@ class LiveValidation:
 
     @property
     def loaded(self) -> frozenset[tuple[str, int]]:
+        """The partitions whose state is installed."""
         return frozenset(self._loaded)
 
     # -- validation --------------------------------------------------------------------------

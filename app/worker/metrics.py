@@ -19,10 +19,13 @@ _TP = ["topic", "partition"]
 
 
 class WorkerCollector:
+    """Prometheus collector reading the worker's live state at each scrape."""
+
     def __init__(self, worker) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Metric]:
+        """The metric families of this scrape."""
         worker = self.worker
         validated = CounterMetricFamily("kdiv_records_validated", "Records validated, per partition", labels=_TP)
         faults = CounterMetricFamily(
@@ -127,6 +130,7 @@ class WorkerCollector:
 
 
 def render(worker) -> bytes:
+    """The worker's metrics in Prometheus' text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))
     return generate_latest(registry)

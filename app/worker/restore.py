@@ -23,6 +23,8 @@ log = logging.getLogger("kdiv.restore")
 
 @dataclass
 class PartitionRestore:
+    """What one changelog partition's restore has read so far."""
+
     changelog: str
     partition: int
     started_ms: int
@@ -35,6 +37,8 @@ class PartitionRestore:
 
 @dataclass
 class RestoreTotals:
+    """Restore counts of the worker's life, for the metrics."""
+
     records: int = 0
     batches: int = 0
     completed: int = 0
@@ -43,6 +47,8 @@ class RestoreTotals:
 
 @dataclass
 class RestoreListener:
+    """Hears the changelog records a table restore applies: progress, timing, schema ids seen."""
+
     clock: Callable[[], int]  # ms
     # (changelog, partition) -> the restore under way
     active: dict[tuple[str, int], PartitionRestore] = field(default_factory=dict)
@@ -56,6 +62,7 @@ class RestoreListener:
     def on_record(
         self, changelog: str, partition: int, offset: int, value: bytes | None, highwater: int | None
     ) -> None:
+        """Count one restored changelog record and note its schema id."""
         tp = (changelog, partition)
         restore = self.active.get(tp)
         if restore is None:
@@ -81,6 +88,7 @@ class RestoreListener:
             self.new_ids = True
 
     def on_batch(self, changelog: str, partitions: Iterable[int], size: int) -> None:
+        """Note a batch of restored records."""
         self.totals.batches += 1
         self.totals.records += size
         for partition in set(partitions):
@@ -136,6 +144,7 @@ class StateTable(faust.Table):
     restore_listener: RestoreListener | None = None
 
     def apply_changelog_batch(self, batch: Iterable) -> None:
+        """Faust's restore of a batch, told to the restore listener first."""
         batch = list(batch)
         if self.restore_listener is not None and batch:
             self.restore_listener.on_batch(
@@ -145,4 +154,5 @@ class StateTable(faust.Table):
 
 
 def changelog_partitions(tps: Iterable[TP], changelog: str) -> list[int]:
+    """The partitions of `changelog` among restored topic partitions."""
     return sorted(tp.partition for tp in tps if tp.topic == changelog)

@@ -70,6 +70,8 @@ log = logging.getLogger("kdiv.worker")
 
 @dataclass
 class WorkerStats:
+    """Counters of the worker's own work, for the metrics."""
+
     batches: int = 0
     incidents_sent: int = 0
     state_writes: int = 0
@@ -79,6 +81,8 @@ class WorkerStats:
 
 
 class ValidationWorker:
+    """The live validator inside the Faust app: validation, state writes, incidents, schema checks."""
+
     def __init__(
         self, app: faust.App, settings: Settings, cluster: ClusterView, state_schema_id: int, clock=wall_clock_ms
     ) -> None:
@@ -281,10 +285,12 @@ class ValidationWorker:
     # -- ownership ---------------------------------------------------------------------------
 
     def on_revoked(self, revoked: Iterable[TP]) -> None:
+        """Unload revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
 
     def on_assigned(self, assigned: Iterable[TP]) -> None:
+        """Unload loaded partitions that this assignment did not keep."""
         keep = {(tp.topic, tp.partition) for tp in assigned}
         for topic, partition in self.live.loaded - keep:
             self.live.unload(topic, partition)

@@ -29,6 +29,8 @@ LOCAL_STORE = -1  # "offset" of an id found in the local RocksDB store, not in t
 
 @dataclass
 class StateFinding:
+    """A restored schema id not registered under its changelog's subject (KAFKA-10179)."""
+
     changelog: str
     partition: int
     schema_id: int
@@ -40,6 +42,7 @@ class StateFinding:
 
     @property
     def detail(self) -> str:
+        """What is wrong, in a sentence."""
         where = "the local store" if self.first_offset == LOCAL_STORE else f"offset {self.first_offset}"
         if self.verdict == SCHEMA_UNKNOWN:
             return (
@@ -53,6 +56,7 @@ class StateFinding:
         )
 
     def to_json(self) -> dict:
+        """The finding as /health shows it."""
         return {
             "changelog": self.changelog,
             "partition": self.partition,
@@ -67,6 +71,8 @@ class StateFinding:
 
 @dataclass
 class StateSchemaCheck:
+    """Judges the schema ids of restored state against the changelog subjects, and repairs on request."""
+
     lookups: SchemaLookups
     values: StateValues
     auto_repair: bool = False

@@ -29,10 +29,11 @@ MAX_PAGE = 1000
 
 
 class BadRequest(Exception):
-    pass
+    """A query parameter the view cannot take; answered 400."""
 
 
 def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
+    """A producer's state as the views show it."""
     return {
         "topic": topic,
         "partition": partition,
@@ -48,6 +49,7 @@ def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
 
 
 def partition_json(worker, topic: str, partition: int, part) -> dict:
+    """A partition's state, owner and lag as the views show it."""
     return {
         "topic": topic,
         "partition": partition,
@@ -76,6 +78,8 @@ def _int_param(request: Request, name: str, default: int | None, *, minimum: int
 
 
 class Views:
+    """The read-only web views: local answers, and the other workers' asked for the rest."""
+
     def __init__(self, app, worker) -> None:
         self.app = app
         self.worker = worker
@@ -90,12 +94,14 @@ class Views:
         return sorted((u for u in urls if (u.host, u.port) != (me.host, me.port)), key=str)
 
     def owner_of(self, topic: str, partition: int) -> URL | None:
+        """The URL of the worker that owns (topic, partition), from Faust's assignor."""
         for url, topics in peer_topics(self.app).items():
             if partition in topics.get(topic, ()):
                 return URL(str(url))
         return None
 
     async def ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
+        """Ask another worker for its local answer to this request."""
         path = request.path  # type: ignore[attr-defined]  # aiohttp's Request
         target = url.with_path(path).with_query({**request.query, "scope": LOCAL})
         try:
@@ -125,6 +131,7 @@ class Views:
     # -- views -------------------------------------------------------------------------------
 
     def producers(self, request: Request, guid: str | None = None) -> list[dict]:
+        """This worker's producers matching the request's filters."""
         topic = request.query.get("topic")
         partition = _int_param(request, "partition", None)
         status = request.query.get("status")
@@ -148,6 +155,7 @@ class Views:
         return items
 
     def partitions(self, request: Request) -> list[dict]:
+        """This worker's partitions."""
         topic = request.query.get("topic")
         return [
             partition_json(self.worker, t, p, part)
@@ -156,6 +164,7 @@ class Views:
         ]
 
     def incidents(self, request: Request) -> dict:
+        """Incidents matching the request, newest first, paginated."""
         limit = _int_param(request, "limit", 50, minimum=1, maximum=MAX_PAGE)
         offset = _int_param(request, "offset", 0)
         topic = request.query.get("topic")
@@ -175,6 +184,7 @@ class Views:
         }
 
     def health(self) -> tuple[int, dict]:
+        """Ready, recovering or degraded, with the reasons."""
         recovery = self.worker.recovery_status()
         parts = self.worker.live.validator.partitions
         failed = [{"topic": t, "partition": p} for (t, p), part in sorted(parts.items()) if part.push_failed]
@@ -217,6 +227,7 @@ class Views:
 
 
 def register_views(app, worker) -> Views:
+    """Serve the views on the app's web server."""
     views = Views(app, worker)
 
     def error(view: View, status: int, message: str) -> Response:

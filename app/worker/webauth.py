@@ -16,6 +16,7 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})
 
 
 def authorization_header(token: str) -> dict[str, str]:
+    """The Authorization header a worker sends to another worker's views."""
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

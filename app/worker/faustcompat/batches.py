@@ -63,6 +63,7 @@ class BatchDrainConsumer:
 
     @property
     def batch_handler(self) -> SourceBatchHandler | None:
+        """The handler attached to the app, if any (`attach_batch_handler`)."""
         return getattr(self.app, _HANDLER, None)  # type: ignore[attr-defined]
 
     @property
@@ -185,10 +186,12 @@ class BatchDrainConsumer:
             await self._flush_locked(handler)
 
     async def commit(self, *args, **kwargs) -> bool:
+        """Faust's commit, after writing what the handler holds."""
         await self.flush_batches()
         return await super().commit(*args, **kwargs)  # type: ignore[misc]
 
     async def wait_empty(self) -> None:
+        """Faust's wait before revocation and shutdown: the batch in progress ends first."""
         # Faust's revocation and shutdown wait here for in-flight work, then commit: hold
         # the batch lock throughout, so no batch starts before Faust has committed.
         async with self._batch_lock:

@@ -55,6 +55,8 @@ class _Fetched(dict):
 
 
 class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's aiokafka consumer thread with exact end offsets and seeks that lose nothing."""
+
     tansu = False
     # Seeks back to committed offsets so far, and per source partition the count right
     # after the last one that moved it. Only the consumer thread's loop changes them.
@@ -65,6 +67,7 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
+        """Every assigned partition to its committed offset, in one step (see the module doc)."""
         return await self.call_thread(self._seek_to_committed)
 
     async def _seek_to_committed(self) -> Mapping[TP, int]:
@@ -95,14 +98,19 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return records
 
     def moved_since(self, tp: TP, seeks: int) -> bool:
+        """True when a seek moved the partition after a batch with `seeks` was taken."""
         return self.__dict__.get("_moved", {}).get(tp, 0) > seeks
 
 
 class TansuConsumerThread(KdivConsumerThread):
+    """The same on Tansu, whose end offsets come from a Fetch."""
+
     tansu = True
 
 
 class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer with kdiv's batch loop and exact seeks."""
+
     thread_class: type[KdivConsumerThread] = KdivConsumerThread
     _batch_seeks = 0
 
@@ -112,6 +120,7 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
         return records
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        """Faust's per-message fetch, without records taken before a seek moved their partition."""
         thread = cast(KdivConsumerThread, self._thread)
         async with aclosing(super().getmany(timeout)) as batch:  # type: ignore[type-var]
             async for tp, message in batch:
@@ -122,6 +131,7 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
                 yield tp, message
 
     async def perform_seek(self) -> None:
+        """Faust's seek after assignment, with the fetch loop parked and old acks forgotten."""
         flowing = self.flow_active
         if flowing:
             # Park the fetch loop first: the record it is handing out may be stale after
@@ -148,14 +158,20 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
 
 
 class TansuConsumer(KdivConsumer):
+    """KdivConsumer on Tansu."""
+
     thread_class = TansuConsumerThread
 
 
 class KdivTransport(faust_aiokafka.Transport):
+    """The transport of broker URLs `kdiv://`."""
+
     Consumer = KdivConsumer
 
 
 class TansuTransport(faust_aiokafka.Transport):
+    """The transport of broker URLs `kdiv-tansu://`."""
+
     Consumer = TansuConsumer
 
 
