@@ -24,10 +24,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kdiv.reconcile.findings import SCHEMA_UNKNOWN, SUBJECT_MISMATCH, UNREADABLE
+from kdiv.reconcile.topics import unsigned_at
 from kdiv.registry.client import RegistryError, SchemaRegistry
 from kdiv.registry.schemaslog import SchemaLogState
 from kdiv.registry.subjects import SchemaIdInfo, SchemaLookups, judge, record_name_of
-from kdiv.state.framing import MAGIC, schema_id_of
+from kdiv.state.framing import HEADER_SIZE, MAGIC, SCHEMA_ID_POSITION, schema_id_of
 from kdiv.state.values import changelog_subject
 
 # Faust's RocksDB files: <table>-<partition>.db under the worker's table directory.
@@ -48,13 +49,13 @@ class IdUse:
 def schema_id_uses(changelog_records: DataFrame) -> list[IdUse]:
     """Per changelog partition and schema id: records, first offset (tombstones skipped)."""
     values = changelog_records.where(F.col("value").isNotNull())
-    framed = (F.length("value") >= 5) & (F.substring("value", 1, 1) == F.unhex(F.lit(f"{MAGIC:02X}")))
+    framed = (F.length("value") >= HEADER_SIZE) & (F.substring("value", 1, 1) == F.unhex(F.lit(f"{MAGIC:02X}")))
     ids = values.select(
         "topic",
         "partition",
         "offset",
         F.unix_millis("timestamp").alias("timestamp_ms"),
-        F.when(framed, F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")).alias("schema_id"),
+        F.when(framed, unsigned_at(F.col("value"), SCHEMA_ID_POSITION)).alias("schema_id"),
     )
     grouped = ids.groupBy("topic", "partition", "schema_id").agg(
         F.count(F.lit(1)).alias("records"), F.min(F.struct("offset", "timestamp_ms")).alias("first")

@@ -38,14 +38,15 @@ def at_rest_crc(key: Column, value: Column) -> Column:
     return F.crc32(F.concat(F.unhex(F.lit(f"{int(Kind.DATA):02X}")), _length_and_bytes(key), _length_and_bytes(value)))
 
 
-def _unsigned(raw: Column, position: tuple[int, int]) -> Column:
+def unsigned_at(raw: Column, position: tuple[int, int]) -> Column:
+    """The big-endian unsigned integer at (byte offset, size) of a binary column."""
     offset, size = position
     # substring is 1-based.
     return F.conv(F.hex(F.substring(raw, offset + 1, size)), 16, 10).cast("long")
 
 
 def _field(raw: Column, name: str) -> Column:
-    return _unsigned(raw, COMMON_FIELD_POSITIONS[name])
+    return unsigned_at(raw, COMMON_FIELD_POSITIONS[name])
 
 
 def readable_div_header(records_headers: Column) -> Column:
@@ -63,9 +64,9 @@ def readable_div_header(records_headers: Column) -> Column:
         & (_field(raw, "version") == FORMAT_VERSION)
         & (F.length(raw) == expected_size)
         & F.when(
-            kind == int(Kind.START_OF_SEGMENT), _unsigned(raw, SOS_CHECKSUM_TYPE_POSITION).isin(checksum_types)
+            kind == int(Kind.START_OF_SEGMENT), unsigned_at(raw, SOS_CHECKSUM_TYPE_POSITION).isin(checksum_types)
         ).otherwise(True)
-        & F.when(kind == int(Kind.END_OF_SEGMENT), _unsigned(raw, EOS_FINAL_FLAG_POSITION) <= 1).otherwise(True)
+        & F.when(kind == int(Kind.END_OF_SEGMENT), unsigned_at(raw, EOS_FINAL_FLAG_POSITION) <= 1).otherwise(True)
     )
     return F.when(readable, raw)
 

@@ -11,6 +11,8 @@ import struct
 MAGIC = 0
 HEADER_SIZE = 5
 _HEADER = struct.Struct(">bI")
+# (byte offset, size) of the schema id, for readers that cannot call `schema_id_of` (Spark SQL).
+SCHEMA_ID_POSITION = (1, _HEADER.size - 1)
 
 
 class FramingError(ValueError):
