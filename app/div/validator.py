@@ -10,7 +10,7 @@ Pure: no I/O, and time comes in with each call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -27,6 +27,7 @@ from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
     COMMON_SIZE,
     FORMAT_VERSION,
+    HEADER_NAME,
     Kind,
     MalformedHeader,
     decode,
@@ -92,6 +93,7 @@ class Checkpoint:
 
 _UNTRACKED_DETAIL = "no div header"
 _DATA = int(Kind.DATA)
+_PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
 _OK = Verdict.OK
 _unpack_common = unpack_common
 _scan_div_header = scan_div_header
@@ -172,6 +174,89 @@ class DataIntegrityValidator:
                         part.last_offset = record.offset
                     return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, ""))
         return self._validate_full(record, now_ms, found, raw)
+
+    def validate_run(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[ConsumedRecord],
+        start: int,
+        now_ms: int,
+        touched: set[bytes],
+        watch: set[bytes],
+        results: list[ValidationResult],
+    ) -> int:
+        """Validate `records[start:]` of one partition, in offset order, as `validate` would
+        one by one, without a result per intact in-order record.
+
+        Appends to `results` the result of every record the fast path does not take (faults,
+        control records, records without a producer) and of the fast path's records whose
+        producer is in `watch`; a producer with a fault here joins `watch`. Adds each
+        record's producer GUID (b"" for none) to `touched`. Stops before a record at or
+        below the partition's last offset (a re-delivery: the caller decides whether it is a
+        replay) and before a push marker (which may close the caller's unit of writes), and
+        returns the index it stopped at (`len(records)` when it took them all).
+        """
+        part = self.partition(topic, partition)
+        accept_in_order = part.tracker.accept_in_order
+        last = part.last_offset
+        accepted = 0
+        i = start
+        end = len(records)
+        while i < end:
+            record = records[i]
+            offset = record.offset
+            if offset <= last:
+                break
+            headers = record.headers
+            if len(headers) == 1:
+                name, raw = headers[0]
+                found = 1 if name == HEADER_NAME else 0
+            else:
+                found, raw = _scan_div_header(headers)
+            if found == 1 and raw is not None:
+                if len(raw) == COMMON_SIZE:
+                    version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
+                    if (
+                        version == FORMAT_VERSION
+                        and kind == _DATA
+                        and accept_in_order(
+                            guid,
+                            segment,
+                            seq,
+                            producer_ts,
+                            header_crc,
+                            record_crc(_DATA, record.key, record.value),
+                            offset,
+                        )
+                    ):
+                        accepted += 1
+                        last = offset
+                        touched.add(guid)
+                        if guid in watch:
+                            results.append(_new_result(ValidationResult, (record, _OK, guid, segment, seq, False, "")))
+                        i += 1
+                        continue
+                if len(raw) > 1 and raw[1] in _PUSH_MARKERS:
+                    break
+            # Everything else, one by one: the counters first, as the full path reads them.
+            part.records += accepted
+            accepted = 0
+            part.last_offset = last
+            result = self._validate_full(record, now_ms, found, raw)
+            last = part.last_offset
+            results.append(result)
+            guid = result.guid
+            if guid is None:
+                touched.add(b"")
+            else:
+                touched.add(guid)
+                if result.verdict is not _OK:
+                    watch.add(guid)
+            i += 1
+        part.records += accepted
+        part.last_offset = last
+        return i
 
     def _validate_full(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
         if not found:

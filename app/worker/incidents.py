@@ -189,15 +189,19 @@ class FaultRunLog:
 
     def __init__(self, logger: logging.Logger) -> None:
         self._log = logger
-        # (topic, partition, producer) -> [verdict, first offset, last offset, count]
-        self._runs: dict[tuple[str, int, str], list] = {}
+        # (topic, partition, producer GUID or None) -> [verdict, first offset, last offset, count]
+        self._runs: dict[tuple[str, int, bytes | None], list] = {}
+
+    def producers_in_runs(self, topic: str, partition: int) -> set[bytes]:
+        """Producers of the partition inside a run: their next OK record ends it, so the
+        caller must show it to `observe` (the bulk path reports no other OK record)."""
+        return {guid for (t, p, guid) in self._runs if guid is not None and t == topic and p == partition}
 
     def observe(self, results: Iterable[tuple[ValidationResult, Incident | None]]) -> None:
         """Log where a producer's run of faults starts and, with its length, where it ends."""
         for result, incident in results:
             record = result.record
-            producer = result.guid.hex() if result.guid is not None else NO_PRODUCER
-            run_key = (record.topic, record.partition, producer)
+            run_key = (record.topic, record.partition, result.guid)
             run = self._runs.get(run_key)
             if run is not None and (incident is None or run[0] != incident.verdict):
                 self._end(run_key, run)
@@ -213,7 +217,7 @@ class FaultRunLog:
                     record.topic,
                     record.partition,
                     record.offset,
-                    producer,
+                    incident.producer,
                     incident.segment,
                     incident.seq,
                     incident.detail,
@@ -222,7 +226,7 @@ class FaultRunLog:
                 run[2] = record.offset
                 run[3] += 1
 
-    def _end(self, run_key: tuple[str, int, str], run: list) -> None:
+    def _end(self, run_key: tuple[str, int, bytes | None], run: list) -> None:
         del self._runs[run_key]
         verdict, first, last, count = run
         if count > 1:
@@ -235,5 +239,5 @@ class FaultRunLog:
                 partition,
                 first,
                 last,
-                producer,
+                producer.hex() if producer is not None else NO_PRODUCER,
             )

@@ -22,7 +22,7 @@ a push boundary: START_OF_PUSH and END_OF_PUSH open a new unit (`opens_unit`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -205,6 +205,34 @@ class LiveValidation:
             # Counted in the partition state only: the unit still has something to write.
             dirty.add(b"")
         return result
+
+    def process_run(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[ConsumedRecord],
+        start: int,
+        now_ms: int,
+        watch: set[bytes],
+        results: list[ValidationResult],
+    ) -> int:
+        """Validate new records of one partition from `records[start]` on, in bulk
+        (`DataIntegrityValidator.validate_run`: results only for what is not an intact
+        in-order record, or is `watch`ed); returns the index of the first record left for
+        `opens_unit` and `process` (a re-delivery or a push marker), or `len(records)`."""
+        tp = (topic, partition)
+        if tp not in self._loaded:
+            raise RuntimeError(f"{topic}[{partition}] is validated before its state is loaded")
+        dirty = self._dirty.setdefault(tp, set())
+        end = self.validator.validate_run(topic, partition, records, start, now_ms, dirty, watch, results)
+        if topic in self.ledger_topics and end > start:
+            ledger = self._ledger.setdefault(tp, {})
+            for i in range(start, end):
+                record = records[i]
+                entry = key_validation_of(record)
+                if entry is not None and record.key is not None:
+                    ledger[record.key] = entry
+        return end
 
     def take_ledger_writes(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
         """Key ledger entries validated since the last call (the latest per key)."""

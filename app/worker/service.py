@@ -29,7 +29,7 @@ from faust.types import TP, EventT
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
 from kdiv.div.record import ConsumedRecord
-from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.div.validator import DataIntegrityValidator, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
@@ -125,6 +125,8 @@ class ValidationWorker:
         self._unflushed: set[tuple[str, int]] = set()
         self._unflushed_records = 0
         self._observed: list = []
+        # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
+        self._watch: dict[tuple[str, int], set[bytes]] = {}
         self._framed: dict[tuple[str, int, str, int], list[int]] = {}
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
@@ -321,32 +323,48 @@ class ValidationWorker:
         change is written by `flush`. True when enough is pending to flush now."""
         now = self.clock()
         live = self.live
-        pending = self._pending
-        observed = self._observed
         for tp, records in batch.items():
-            key = (tp.topic, tp.partition)
+            key = topic, partition = (tp.topic, tp.partition)
             if not live.is_loaded(*key):
                 self._load_assigned()
                 if not live.is_loaded(*key):  # not in the assignment the consumer reports yet
-                    live.load(tp.topic, tp.partition, self._table_of_topic[tp.topic].items())
-            check_schemas = tp.topic in self._schema_topics
-            for record in records:
-                if check_schemas:
+                    live.load(topic, partition, self._table_of_topic[topic].items())
+            if topic in self._schema_topics:
+                for record in records:
                     self._note_framing(record, self._framed)
+            watch = self._watch.get(key)
+            if watch is None:
+                watch = self._watch[key] = self.runs.producers_in_runs(topic, partition)
+            results: list[ValidationResult] = []
+            i, end = 0, len(records)
+            while True:
+                i = live.process_run(topic, partition, records, i, now, watch, results)
+                self._observe(key, results, now)
+                if i == end:
+                    break
+                # A re-delivery or a push marker, one by one.
+                record = records[i]
                 scanned = scan_div_header(record.headers)
                 if live.opens_unit(record, scanned):
                     # A push marker: what came before it is written before it is judged.
                     await self._write_units([key])
                 result = live.process(record, now, scanned)
-                if result is None:
-                    continue
-                incident = incident_for(result, now)
-                observed.append((result, incident))
-                if incident is not None:
-                    pending.setdefault(key, []).append(incident)
+                if result is not None:
+                    results.append(result)
+                i += 1
             self._unflushed.add(key)
-            self._unflushed_records += len(records)
+            self._unflushed_records += end
         return self._unflushed_records >= self.settings.batch_max
+
+    def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
+        """Incidents for `results` (then emptied), pending until their unit is written."""
+        observed = self._observed
+        for result in results:
+            incident = incident_for(result, now)
+            observed.append((result, incident))
+            if incident is not None:
+                self._pending.setdefault(key, []).append(incident)
+        results.clear()
 
     async def flush(self) -> None:
         """Write everything validated since the last flush, in the crash protocol's order."""
@@ -359,6 +377,7 @@ class ValidationWorker:
         self._unflushed_records = 0
         observed, self._observed = self._observed, []
         self.runs.observe(observed)
+        self._watch.clear()
         self.stats.batches += 1
 
     def _note_framing(self, record: ConsumedRecord, framed: dict) -> None:

@@ -155,3 +155,44 @@ def test_the_header_rule_for_absent_null_duplicate_and_malformed_headers():
         assert scan_div_header(headers) == scanned
         readable = readable_div_header(headers)
         assert (readable is not None) == (headers == (good,)), headers
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=mutated_streams(), start_in_push=st.booleans(), chunk=st.integers(1, 70), watched=st.booleans())
+def test_the_bulk_run_decides_as_one_record_at_a_time(records, start_in_push, chunk, watched):
+    """`validate_run` (with its stops taken one by one) reports every result `validate` gives
+    that is not an unwatched in-order OK, identical, and leaves the same state and counts."""
+    bulk = DataIntegrityValidator(start_in_push=start_in_push)
+    single = DataIntegrityValidator(start_in_push=start_in_push)
+    expected = [(record, single.validate(record, NOW)) for record in records]
+    reported: dict[tuple[int, int], tuple] = {}
+    touched: dict[int, set[bytes]] = {0: set(), 1: set()}
+    for partition in (0, 1):
+        mine = [r for r in records if r.partition == partition]
+        watch = {uuid.UUID(int=i + 1).bytes for i in range(3)} if watched else set()
+        for begin in range(0, len(mine), chunk):
+            part = mine[begin : begin + chunk]
+            results: list = []
+            i = 0
+            while True:
+                i = bulk.validate_run(TOPIC, partition, part, i, NOW, touched[partition], watch, results)
+                if i == len(part):
+                    break
+                # A stop (re-delivery or push marker): its caller validates and touches it.
+                results.append(bulk.validate(part[i], NOW))
+                touched[partition].add(results[-1].guid or b"")
+                i += 1
+            for result in results:
+                reported[(partition, result.record.offset)] = result[1:]
+    for record, result in expected:
+        got = reported.get((record.partition, record.offset))
+        if got is not None:
+            assert got == result[1:], record
+        else:
+            # Only an intact in-order record of an unwatched producer goes unreported.
+            assert result.verdict.value == "OK" and not watched, (record, result)
+        assert (result.guid or b"") in touched[record.partition]
+    assert _saved_state(bulk) == _saved_state(single)
+    for key, part in single.partitions.items():
+        assert bulk.partitions[key].counts == part.counts
+        assert bulk.partitions[key].last_offset == part.last_offset
