@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdiv.div.record import ConsumedRecord
+from kdiv.div.record import FetchedRecord
 from kdiv.div.wire import Kind, readable_div_header, record_crc
 
 _SEP = b"|"
@@ -53,7 +53,7 @@ def parse_ledger_key(raw: bytes) -> tuple[str, int, bytes]:
     return parts[0].decode(), int(parts[1]), parts[2]
 
 
-def key_validation_of(record: ConsumedRecord) -> KeyValidation | None:
+def key_validation_of(record: FetchedRecord) -> KeyValidation | None:
     """The ledger entry for a validated record, or None when it has no key or is DIV control."""
     if record.key is None:
         return None

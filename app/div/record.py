@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +23,27 @@ class ConsumedRecord:
     def where(self) -> str:
         """topic/partition@offset, for messages."""
         return f"{self.topic}/{self.partition}@{self.offset}"
+
+
+class FetchedRecord(Protocol):
+    """A record as a client fetched it from one partition: its topic and partition are the
+    batch's. aiokafka's parsed records have this shape before it copies them into a
+    ConsumerRecord, which the worker's batch path skips (`validate_run`)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+
+
+def consumed(topic: str, partition: int, record: FetchedRecord) -> ConsumedRecord:
+    """A fetched record of `topic`[`partition`] as a ConsumedRecord."""
+    return ConsumedRecord(
+        topic, partition, record.offset, record.timestamp, record.key, record.value, tuple(record.headers)
+    )

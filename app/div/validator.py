@@ -21,7 +21,7 @@ from kdiv.div.faults import (
     ImproperlyStartedSegment,
     Verdict,
 )
-from kdiv.div.record import ConsumedRecord
+from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
 from kdiv.div.segment import Segment
 from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
@@ -179,15 +179,15 @@ class DataIntegrityValidator:
         self,
         topic: str,
         partition: int,
-        records: Sequence[ConsumedRecord],
+        records: Sequence[FetchedRecord],
         start: int,
         now_ms: int,
         touched: set[bytes],
         watch: set[bytes],
         results: list[ValidationResult],
     ) -> int:
-        """Validate `records[start:]` of one partition, in offset order, as `validate` would
-        one by one, without a result per intact in-order record.
+        """Validate `records[start:]` of `topic`[`partition`], in offset order, as `validate`
+        would one by one, without a result (or a ConsumedRecord) per intact in-order record.
 
         Appends to `results` the result of every record the fast path does not take (faults,
         control records, records without a producer) and of the fast path's records whose
@@ -234,7 +234,12 @@ class DataIntegrityValidator:
                         last = offset
                         touched.add(guid)
                         if guid in watch:
-                            results.append(_new_result(ValidationResult, (record, _OK, guid, segment, seq, False, "")))
+                            results.append(
+                                _new_result(
+                                    ValidationResult,
+                                    (consumed(topic, partition, record), _OK, guid, segment, seq, False, ""),
+                                )
+                            )
                         i += 1
                         continue
                 if len(raw) > 1 and raw[1] in _PUSH_MARKERS:
@@ -243,7 +248,7 @@ class DataIntegrityValidator:
             part.records += accepted
             accepted = 0
             part.last_offset = last
-            result = self._validate_full(record, now_ms, found, raw)
+            result = self._validate_full(consumed(topic, partition, record), now_ms, found, raw)
             last = part.last_offset
             results.append(result)
             guid = result.guid

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kdiv.div.ledger import KeyValidation, key_validation_of, ledger_key
-from kdiv.div.record import ConsumedRecord
+from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment
 from kdiv.div.validator import (
     DataIntegrityValidator,
@@ -65,7 +65,7 @@ class LoadError:
     reason: str
 
 
-def _producer_of(record: ConsumedRecord) -> tuple[bytes | None, int | None]:
+def _producer_of(record: FetchedRecord) -> tuple[bytes | None, int | None]:
     """(GUID, kind) from the record's div header, or (None, None) when it has no readable one."""
     header = readable_div_header(record.headers)
     if header is None:
@@ -210,7 +210,7 @@ class LiveValidation:
         self,
         topic: str,
         partition: int,
-        records: Sequence[ConsumedRecord],
+        records: Sequence[FetchedRecord],
         start: int,
         now_ms: int,
         watch: set[bytes],

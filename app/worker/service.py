@@ -28,7 +28,7 @@ from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
-from kdiv.div.record import ConsumedRecord
+from kdiv.div.record import FetchedRecord, consumed
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.discovery import ClusterView
@@ -319,8 +319,8 @@ class ValidationWorker:
     # -- validation --------------------------------------------------------------------------
 
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
-        """Validate fetched records (aiokafka's, in offset order per partition); what they
-        change is written by `flush`. True when enough is pending to flush now."""
+        """Validate fetched records (aiokafka's parsed records, in offset order per partition);
+        what they change is written by `flush`. True when enough is pending to flush now."""
         now = self.clock()
         live = self.live
         for tp, records in batch.items():
@@ -331,7 +331,7 @@ class ValidationWorker:
                     live.load(topic, partition, self._table_of_topic[topic].items())
             if topic in self._schema_topics:
                 for record in records:
-                    self._note_framing(record, self._framed)
+                    self._note_framing(topic, partition, record, self._framed)
             watch = self._watch.get(key)
             if watch is None:
                 watch = self._watch[key] = self.runs.producers_in_runs(topic, partition)
@@ -343,7 +343,7 @@ class ValidationWorker:
                 if i == end:
                     break
                 # A re-delivery or a push marker, one by one.
-                record = records[i]
+                record = consumed(topic, partition, records[i])
                 scanned = scan_div_header(record.headers)
                 if live.opens_unit(record, scanned):
                     # A push marker: what came before it is written before it is judged.
@@ -380,7 +380,7 @@ class ValidationWorker:
         self._watch.clear()
         self.stats.batches += 1
 
-    def _note_framing(self, record: ConsumedRecord, framed: dict) -> None:
+    def _note_framing(self, topic: str, partition: int, record: FetchedRecord, framed: dict) -> None:
         parts = (
             (("value", record.value), ("key", record.key))
             if self.settings.schema_check_keys
@@ -390,9 +390,9 @@ class ValidationWorker:
             schema_id = schema_id_of(raw)
             if schema_id is None:
                 continue
-            seen = framed.get((record.topic, record.partition, message_field, schema_id))
+            seen = framed.get((topic, partition, message_field, schema_id))
             if seen is None:
-                framed[(record.topic, record.partition, message_field, schema_id)] = [
+                framed[(topic, partition, message_field, schema_id)] = [
                     record.offset,
                     record.timestamp,
                     1,

@@ -85,6 +85,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.tables.base:Collection.apply_changelog_batch", ("self", "batch"), "restore events"),
     ("faust.transport.producer:Producer.buffer", None, "table writes handed over before a commit"),
     ("faust.transport.producer:ProducerBuffer.flush", ("self",), "table writes handed over before a commit"),
+    (
+        "aiokafka.consumer.fetcher:PartitionRecords._consumer_record",
+        ("self", "tp", "record"),
+        "replaced: the watched topics' parsed records as they are (batches)",
+    ),
     ("aiokafka.producer.sender:InitPIDHandler", None, "Tansu: InitProducerId v3 (kdiv.kafka.tansu)"),
     ("aiokafka.producer.sender:InitPIDHandler.create_request", ("self",), "Tansu: the v3 request"),
     ("aiokafka.producer.sender:InitPIDHandler._sender", None, "Tansu: the transaction manager's ids"),

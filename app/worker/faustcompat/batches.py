@@ -16,6 +16,11 @@ the last flushed record, so one commit covers everything before it and no per-re
 bookkeeping is needed. Faust's commit ticks and its rebalance and shutdown path
 (`wait_empty`) flush first.
 
+Records: aiokafka parses fetched batches in C, then copies each record into a Python
+ConsumerRecord (a dataclass and a tuple of its headers), which cost more than validating it.
+For the watched topics the fetcher yields its parsed records as they are (`yield_parsed_records`):
+they have every field the validator reads but topic and partition, which are the batch's.
+
 Rebalances stay exact: a batch is processed and flushed under one lock, which Faust's
 revocation (through `wait_empty`) waits for, so a revoked partition is never written after
 its revocation; a batch fetched before a rebalance began (flow stopped, or another
@@ -29,6 +34,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from aiokafka.consumer.fetcher import PartitionRecords
 from faust.types import TP
 
 
@@ -38,8 +44,9 @@ class SourceBatchHandler(Protocol):
     topics: frozenset[str]
 
     async def process(self, batch: Mapping[TP, Sequence[Any]]) -> bool:
-        """Validate fetched records (aiokafka ConsumerRecords, in offset order per partition);
-        True when enough is pending that it should be flushed now."""
+        """Validate fetched records (aiokafka's parsed records: offset, timestamp, key, value,
+        headers; in offset order per partition); True when enough is pending that it should
+        be flushed now."""
         ...
 
     async def flush(self) -> None:
@@ -53,6 +60,25 @@ _HANDLER = "kdiv_batch_handler"
 def attach_batch_handler(app: Any, handler: SourceBatchHandler) -> None:
     """Hand the app's watched-topic records to `handler` (its consumer is made later)."""
     setattr(app, _HANDLER, handler)
+    yield_parsed_records(handler.topics)
+
+
+# Topics whose records aiokafka's fetcher yields as parsed, in this process.
+_PARSED_TOPICS: set[str] = set()
+_consumer_record = PartitionRecords._consumer_record
+
+
+def _parsed_or_consumer_record(self, tp, record):
+    if tp.topic in _PARSED_TOPICS:
+        return record
+    return _consumer_record(self, tp, record)
+
+
+def yield_parsed_records(topics: frozenset[str]) -> None:
+    """Make every aiokafka consumer of this process yield the records of `topics` as parsed
+    (see the module doc); other topics' records stay ConsumerRecords."""
+    _PARSED_TOPICS.update(topics)
+    PartitionRecords._consumer_record = _parsed_or_consumer_record
 
 
 class BatchDrainConsumer:
