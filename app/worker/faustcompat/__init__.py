@@ -2,7 +2,7 @@
 
 Everything here names what Faust does that kdiv corrects or needs: exact end offsets and
 exact seeks after assignment (`transport`), the watched topics' records in whole batches
-(`batches`), table writes outside a stream (`tables`), and reads of recovery and assignment
+(`batches`, taken from aiokafka in bulk by `parsed`), table writes outside a stream (`tables`), and reads of recovery and assignment
 state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
 aiokafka names are listed in `PRIVATE_NAMES` too, so one test checks them all.
@@ -85,11 +85,14 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.tables.base:Collection.apply_changelog_batch", ("self", "batch"), "restore events"),
     ("faust.transport.producer:Producer.buffer", None, "table writes handed over before a commit"),
     ("faust.transport.producer:ProducerBuffer.flush", ("self",), "table writes handed over before a commit"),
-    (
-        "aiokafka.consumer.fetcher:PartitionRecords._consumer_record",
-        ("self", "tp", "record"),
-        "replaced: the watched topics' parsed records as they are (batches)",
-    ),
+    ("aiokafka.consumer.fetcher:PartitionRecords._unpack_records", ("self",), "watched topics: in bulk (parsed)"),
+    ("aiokafka.consumer.fetcher:PartitionRecords._records_iterator", None, "drained in C (parsed)"),
+    ("aiokafka.consumer.fetcher:PartitionRecords._consume_aborted_up_to", ("self", "batch_offset"), "parsed"),
+    ("aiokafka.consumer.fetcher:PartitionRecords._contains_abort_marker", ("self", "next_batch"), "parsed"),
+    ("aiokafka.consumer.fetcher:FetchResult.getall", ("self", "max_records"), "watched topics: in bulk (parsed)"),
+    ("aiokafka.consumer.fetcher:FetchResult._update_position", ("self",), "parsed"),
+    ("aiokafka.consumer.fetcher:FetchResult._partition_records", None, "parsed"),
+    ("aiokafka.consumer.fetcher:READ_COMMITTED", None, "parsed: aiokafka's isolation level constant"),
     ("aiokafka.producer.sender:InitPIDHandler", None, "Tansu: InitProducerId v3 (kdiv.kafka.tansu)"),
     ("aiokafka.producer.sender:InitPIDHandler.create_request", ("self",), "Tansu: the v3 request"),
     ("aiokafka.producer.sender:InitPIDHandler._sender", None, "Tansu: the transaction manager's ids"),

@@ -16,10 +16,8 @@ the last flushed record, so one commit covers everything before it and no per-re
 bookkeeping is needed. Faust's commit ticks and its rebalance and shutdown path
 (`wait_empty`) flush first.
 
-Records: aiokafka parses fetched batches in C, then copies each record into a Python
-ConsumerRecord (a dataclass and a tuple of its headers), which cost more than validating it.
-For the watched topics the fetcher yields its parsed records as they are (`yield_parsed_records`):
-they have every field the validator reads but topic and partition, which are the batch's.
+Records: for the watched topics aiokafka's fetcher hands over its parsed records in bulk,
+not a ConsumerRecord each (`kdiv.worker.faustcompat.parsed`).
 
 Rebalances stay exact: a batch is processed and flushed under one lock, which Faust's
 revocation (through `wait_empty`) waits for, so a revoked partition is never written after
@@ -34,8 +32,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from aiokafka.consumer.fetcher import PartitionRecords
 from faust.types import TP
+
+from kdiv.worker.faustcompat.parsed import yield_parsed_records
 
 
 class SourceBatchHandler(Protocol):
@@ -61,24 +60,6 @@ def attach_batch_handler(app: Any, handler: SourceBatchHandler) -> None:
     """Hand the app's watched-topic records to `handler` (its consumer is made later)."""
     setattr(app, _HANDLER, handler)
     yield_parsed_records(handler.topics)
-
-
-# Topics whose records aiokafka's fetcher yields as parsed, in this process.
-_PARSED_TOPICS: set[str] = set()
-_consumer_record = PartitionRecords._consumer_record
-
-
-def _parsed_or_consumer_record(self, tp, record):
-    if tp.topic in _PARSED_TOPICS:
-        return record
-    return _consumer_record(self, tp, record)
-
-
-def yield_parsed_records(topics: frozenset[str]) -> None:
-    """Make every aiokafka consumer of this process yield the records of `topics` as parsed
-    (see the module doc); other topics' records stay ConsumerRecords."""
-    _PARSED_TOPICS.update(topics)
-    PartitionRecords._consumer_record = _parsed_or_consumer_record
 
 
 class BatchDrainConsumer:
