@@ -377,7 +377,15 @@ async def run_worker(
     app_arg = "kdiv.worker.main" if variant == "kdiv" else "bench.worker:app"
     # `faust worker` sets web_enabled from its own --with-web/--without-web flag (default:
     # with), over the app's KDIV_WEB_ENABLED=false: without it every worker binds port 6066.
-    command = [str(BIN / "faust"), "-A", app_arg, "worker", "-l", "warn", "--without-web"]
+    command = [
+        str(BIN / "faust"),
+        "-A",
+        app_arg,
+        "worker",
+        "-l",
+        os.environ.get("KDIV_BENCH_LOG_LEVEL", "warn"),
+        "--without-web",
+    ]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-bench-monitor")
     await admin.start()
     process: subprocess.Popen | None = None
@@ -507,6 +515,9 @@ def start_py_spy(pid: int, out: Path, log: Path, rate: int) -> subprocess.Popen:
                 "--format",
                 "raw",
                 "--threads",
+                # Only the thread holding the GIL: the consumer thread and the event loop
+                # share one interpreter, and a thread waiting for the GIL costs nothing.
+                "--gil",
                 "--nonblocking",
                 "--output",
                 str(out),
