@@ -1,9 +1,11 @@
 """The live validator as a Faust application: agents, state tables, incidents.
 
-One agent reads every watched topic in batches and hands records to `LiveValidation`,
-which decides what is new and what is a replay; this module does the I/O in the order
-`kdiv.worker.live` requires: incidents (awaited), then the partition state, then producer states,
-all before the batch's offsets can be committed (Faust flushes its producer first).
+The watched topics' records arrive in whole fetched batches (`kdiv.worker.faustcompat.batches`)
+and go to `LiveValidation` in bulk (`process_run`: a result only for what is not an intact
+in-order record), which decides what is new and what is a replay; this module does the I/O in
+the order `kdiv.worker.live` requires: incidents (awaited), then the partition state, then
+producer states, all before the batch's offsets can be committed (Faust flushes its producer
+first).
 
 State lives in one RocksDB table per partition count of the watched topics: Faust keeps a
 table's changelog partition with the source partition of the same number, which only
