@@ -13,6 +13,10 @@ with one change: a batch's records are taken as a list and the fetch position mo
 the batch at once. That is exact only when the whole fetch result is drained in one
 `getall` without a record limit, which is what `_getall_parsed` does and the only way
 Faust reads (it sets no `broker_max_poll_records`); any other read takes aiokafka's own path.
+
+The switch is per process and per topic: another aiokafka consumer of a watched topic in the
+worker's process would get parsed records from `getmany` too. The worker has none (its
+incidents reader follows the incidents topic); keep it so.
 """
 
 from __future__ import annotations
