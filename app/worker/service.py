@@ -116,6 +116,8 @@ class ValidationWorker:
         }
         self._changelogs = state_changelogs(settings.app_id, cluster)
         self.recent = RecentIncidents(settings.recent_incidents)
+        # Per incidents-topic partition: the offset `recent` holds every incident before.
+        self.incidents_read_to: dict[int, int] = {}
         self.runs = FaultRunLog(log)
         self.stats = WorkerStats()
         self.load_errors_seen = 0
@@ -443,12 +445,17 @@ class ValidationWorker:
         await consumer.start()
         try:
             partitions = consumer.partitions_for_topic(self.settings.incidents) or {0}
-            consumer.assign([TopicPartition(self.settings.incidents, p) for p in sorted(partitions)])
+            assigned = [TopicPartition(self.settings.incidents, p) for p in sorted(partitions)]
+            consumer.assign(assigned)
             while True:
                 batches = await consumer.getmany(timeout_ms=1000)
                 for records in batches.values():
                     for record in records:
                         self._add_incident(record)
+                # The view says how far it has read: a worker's list trails the topic by a
+                # fetch, and a reader can tell "not yet read" from "not there".
+                for tp in assigned:
+                    self.incidents_read_to[tp.partition] = await consumer.position(tp)
         finally:
             await consumer.stop()
 

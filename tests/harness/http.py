@@ -57,3 +57,19 @@ async def wait_for_split(
         if loop.time() > deadline:
             raise AssertionError(f"partitions not split between the workers: {status} {body}")
         await asyncio.sleep(0.5)
+
+
+async def wait_for_incidents_read(session, worker: WorkerProcess, ends: dict[int, int], timeout: float = 20.0) -> None:
+    """Wait until `worker`'s incident list has read the incidents topic up to `ends`
+    (partition -> end offset), by the `read_to` its /incidents/ view reports."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    read_to: dict[int, int] = {}
+    while loop.time() < deadline:
+        status, page = await http_json(session, "GET", f"{worker.url}/incidents/?limit=1")
+        if status == 200 and isinstance(page, dict):
+            read_to = {item["partition"]: item["offset"] for item in page["read_to"]}
+            if all(read_to.get(p, 0) >= end for p, end in ends.items()):
+                return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{worker.url} read the incidents topic to {read_to}, not to {ends}, in {timeout:.0f} s")

@@ -9,8 +9,8 @@ import uuid
 import aiohttp
 import pytest
 
-from tests.harness.broker import produce_with_faults, read_incidents, wait_until_caught_up
-from tests.harness.http import http_json, wait_for_split
+from tests.harness.broker import exact_end_offsets, produce_with_faults, read_incidents, wait_until_caught_up
+from tests.harness.http import http_json, wait_for_incidents_read, wait_for_split
 from tests.harness.oracle import incident_differences, oracle
 from tests.harness.processes import WorkerProcess, free_port
 
@@ -75,7 +75,9 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         # Incidents: every worker serves every incident; they are exactly the oracle's.
         live = await read_incidents(bootstrap, app_id)
         assert incident_differences(expected, live) == []
+        written = await exact_end_offsets(bootstrap, f"{app_id}-incidents")
         for w in workers:
+            await wait_for_incidents_read(session, w, written)
             status, page = await http_json(session, "GET", f"{w.url}/incidents/?limit=1000")
             assert status == 200
             assert page["total"] == len(live)
