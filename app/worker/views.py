@@ -181,9 +181,7 @@ class Views:
             "offset": offset,
             "limit": limit,
             "next_offset": offset + limit if offset + limit < len(matching) else None,
-            "read_to": [
-                {"partition": p, "offset": o} for p, o in sorted(self.worker.incidents_read_to.items())
-            ],
+            "read_to": [{"partition": p, "offset": o} for p, o in sorted(self.worker.incidents_read_to.items())],
         }
 
     def health(self) -> tuple[int, dict]:
