@@ -145,7 +145,7 @@ class Reconciliation:
         summary: dict = {"app_id": self.settings.app_id, "started_at_ms": int(started * 1000)}
         out_dir = None
         try:
-            cluster = run_in_own_loop(discover(self.settings, wait_s=0, create_incidents=False))
+            cluster = run_in_own_loop(discover(self.settings, wait_s=0, create_own=False))
             topics = [t.name for t in cluster.topics]
             compacted = [t.name for t in cluster.topics if t.compaction_lag_ms is not None]
             changelogs = state_changelogs(self.settings.app_id, cluster)

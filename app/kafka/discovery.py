@@ -18,6 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from kdiv.config.settings import Settings
 from kdiv.kafka.tansu import detect_tansu
+from kdiv.state.tables import ledger_changelog_topic_name, ledger_partition_counts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,17 +84,18 @@ def admin_client(settings: Settings) -> AIOKafkaAdminClient:
     )
 
 
-async def discover(settings: Settings, *, wait_s: float | None = None, create_incidents: bool = True) -> ClusterView:
+async def discover(settings: Settings, *, wait_s: float | None = None, create_own: bool = True) -> ClusterView:
     """Resolve the watched topics, waiting until they exist (forever when wait_s is None).
 
-    `create_incidents`: create the incidents topic if missing (a worker writes it; a
-    read-only job must not create topics)."""
+    `create_own`: create the topics the worker writes outside Faust's tables if missing
+    (incidents, key ledgers); a read-only job must not create topics."""
     admin = admin_client(settings)
     await admin.start()
     try:
         tansu = await detect_tansu(admin)
-        if create_incidents:
-            await _ensure_incident_topic(admin, settings)
+        if create_own:
+            # One partition: incidents are few, and one order makes "recent" and paging simple.
+            await _ensure_compacted_topic(admin, settings, settings.incidents, 1)
         started = last_log = time.monotonic()
         while True:
             counts = await _partition_counts(admin, settings)
@@ -111,7 +113,14 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_in
             await asyncio.sleep(_POLL_S)
         lags = await _compaction_lags(admin, settings, sorted(counts))
         topics = tuple(WatchedTopic(name, counts[name], lags[name]) for name in sorted(counts))
-        return ClusterView(tansu=tansu, topics=topics)
+        cluster = ClusterView(tansu=tansu, topics=topics)
+        if create_own:
+            # A key ledger is partitioned as the compacted topics it covers.
+            for partitions in ledger_partition_counts(cluster):
+                await _ensure_compacted_topic(
+                    admin, settings, ledger_changelog_topic_name(settings.app_id, partitions), partitions
+                )
+        return cluster
     finally:
         await admin.close()
 
@@ -149,18 +158,17 @@ async def _compaction_lags(admin: AIOKafkaAdminClient, settings: Settings, names
     return lags
 
 
-async def _ensure_incident_topic(admin: AIOKafkaAdminClient, settings: Settings) -> None:
-    if settings.incidents in await admin.list_topics():
+async def _ensure_compacted_topic(admin: AIOKafkaAdminClient, settings: Settings, name: str, partitions: int) -> None:
+    if name in await admin.list_topics():
         return
-    # One partition: incidents are few, and one order makes "recent" and paging simple.
     topic = NewTopic(
-        settings.incidents,
-        num_partitions=1,
+        name,
+        num_partitions=partitions,
         replication_factor=settings.replication_factor,
         topic_configs={"cleanup.policy": "compact"},
     )
     response = await admin.create_topics([topic])
-    for name, error_code, *rest in response.topic_errors:
+    for created, error_code, *rest in response.topic_errors:
         # 36: TOPIC_ALREADY_EXISTS, when another worker created it first.
         if error_code not in (0, 36):
-            raise DiscoveryError(f"cannot create the incidents topic {name}: error {error_code} {rest}")
+            raise DiscoveryError(f"cannot create topic {created}: error {error_code} {rest}")

@@ -43,6 +43,9 @@ def changelog_topic_name(app_id: str, partitions: int) -> str:
 
 
 def ledger_changelog_topic_name(app_id: str, partitions: int) -> str:
+    """The key ledger's compacted topic, partitioned as the topics it covers. The worker
+    writes it with its producer (it never reads the ledger back, so no table, store or
+    restore); the name keeps the changelog form the reconciliation reads."""
     return f"{app_id}-{ledger_table_name(partitions)}-changelog"
 
 
@@ -51,7 +54,7 @@ def ledger_partition_counts(cluster: WatchedTopics) -> list[int]:
 
 
 def state_changelogs(app_id: str, cluster: WatchedTopics) -> list[str]:
-    """Every changelog topic the worker's tables write, state tables first."""
+    """Every changelog topic of the worker's state, state tables first, then key ledgers."""
     return [changelog_topic_name(app_id, n) for n in sorted(cluster.partition_counts)] + [
         ledger_changelog_topic_name(app_id, n) for n in ledger_partition_counts(cluster)
     ]

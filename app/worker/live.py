@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from kdiv.div.ledger import KeyValidation, key_validation_of, ledger_key
+from kdiv.div.ledger import key_validation_of, ledger_key
 from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment
 from kdiv.div.validator import (
@@ -85,9 +85,10 @@ class LiveValidation:
         self.validator = validator
         # How state is written to and read from the table (Confluent-framed Avro).
         self.values = values or StateValues.unregistered()
-        # Compacted topics: their keys' last validated records go to the key ledger.
+        # Compacted topics: their keys' last validated records go to the key ledger. Held
+        # as the records until the writes are taken: only the last per key becomes an entry.
         self.ledger_topics = ledger_topics
-        self._ledger: dict[tuple[str, int], dict[bytes, KeyValidation]] = {}
+        self._ledger: dict[tuple[str, int], dict[bytes, FetchedRecord]] = {}
         self._loaded: set[tuple[str, int]] = set()
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
         self.load_errors: list[LoadError] = []
@@ -180,12 +181,10 @@ class LiveValidation:
             raise RuntimeError(f"{record.topic}[{record.partition}] is validated before its state is loaded")
         part = self.validator.partitions[tp]
         dirty = self._dirty.setdefault(tp, set())
-        if record.topic in self.ledger_topics:
+        if record.topic in self.ledger_topics and record.key is not None:
             # Replays too: a crash may have saved the partition state but not the ledger
-            # entry (another changelog), and the entry of a replay is the same entry.
-            entry = key_validation_of(record)
-            if entry is not None and record.key is not None:
-                self._ledger.setdefault(tp, {})[record.key] = entry
+            # entry (another topic), and the entry of a replay is the same entry.
+            self._ledger.setdefault(tp, {})[record.key] = record
         if record.offset <= part.last_offset:
             guid, _kind = _producer_of(record)
             seen = part.tracker.segments.get(guid) if guid is not None else None
@@ -229,17 +228,22 @@ class LiveValidation:
             ledger = self._ledger.setdefault(tp, {})
             for i in range(start, end):
                 record = records[i]
-                entry = key_validation_of(record)
-                if entry is not None and record.key is not None:
-                    ledger[record.key] = entry
+                if record.key is not None:
+                    ledger[record.key] = record
         return end
 
     def take_ledger_writes(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
         """Key ledger entries validated since the last call (the latest per key)."""
-        entries = self._ledger.pop((topic, partition), None)
-        if not entries:
+        records = self._ledger.pop((topic, partition), None)
+        if not records:
             return []
-        return [(ledger_key(topic, partition, key), self.values.encode(entry)) for key, entry in entries.items()]
+        encode = self.values.encode
+        writes = []
+        for key, record in records.items():
+            entry = key_validation_of(record)
+            if entry is not None:  # DIV control records carry no user data
+                writes.append((ledger_key(topic, partition, key), encode(entry)))
+        return writes
 
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:
         """The writes that save everything validated since the last call, or None."""

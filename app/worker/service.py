@@ -38,12 +38,7 @@ from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
-from kdiv.state.tables import (
-    ledger_partition_counts,
-    ledger_table_name,
-    state_changelogs,
-    table_name,
-)
+from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, table_name
 from kdiv.state.values import StateValues
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
@@ -52,6 +47,7 @@ from kdiv.worker.faustcompat.internals import (
     hand_over_table_writes,
     recovery_status,
     restored_partitions,
+    send_in_batches,
 )
 from kdiv.worker.faustcompat.tables import writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url
@@ -76,6 +72,7 @@ class WorkerStats:
 
     batches: int = 0
     incidents_sent: int = 0
+    ledger_entries_sent: int = 0
     state_writes: int = 0
     bad_incident_records: int = 0
     schema_checked_records: int = 0
@@ -110,11 +107,13 @@ class ValidationWorker:
         self.restore = RestoreListener(clock)
         self.tables = {n: self._state_table(table_name(n), n) for n in cluster.partition_counts}
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
-        self.ledger_tables = {n: self._state_table(ledger_table_name(n), n) for n in ledger_partition_counts(cluster)}
-        self._ledger_of_topic = {
-            t.name: self.ledger_tables[t.partitions] for t in cluster.topics if t.compaction_lag_ms is not None
+        # The key ledger is written, never read, by the worker: a topic of its own, no table.
+        self._ledger_topic_of = {
+            t.name: ledger_changelog_topic_name(settings.app_id, t.partitions)
+            for t in cluster.topics
+            if t.compaction_lag_ms is not None
         }
-        self._changelogs = state_changelogs(settings.app_id, cluster)
+        self._changelogs = [changelog_topic_name(settings.app_id, n) for n in cluster.partition_counts]
         self.recent = RecentIncidents(settings.recent_incidents)
         # Per incidents-topic partition: the offset `recent` holds every incident before.
         self.incidents_read_to: dict[int, int] = {}
@@ -212,6 +211,16 @@ class ValidationWorker:
             for f in findings
         ]
         await self._send_incidents(incidents)
+
+    async def _send_ledger_entries(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Future]:
+        """Hand the key ledger entries of `partitions` to the producer; their acks."""
+        acks: list[asyncio.Future] = []
+        for topic, partition in partitions:
+            entries = self.live.take_ledger_writes(topic, partition)
+            if entries:
+                acks += await send_in_batches(self.app, self._ledger_topic_of[topic], partition, entries)
+                self.stats.ledger_entries_sent += len(entries)
+        return acks
 
     async def _send_incidents(self, incidents: list[Incident]) -> None:
         if not incidents:
@@ -407,16 +416,14 @@ class ValidationWorker:
     async def _write_units(self, partitions: Sequence[tuple[str, int]]) -> None:
         # Incidents are acknowledged before the state that accounts for them is written: a
         # crash between the two re-emits them under the same keys, never loses them.
+        # So are the key ledger's entries: a crash before the state re-sends the same entries.
         incidents = [i for tp in partitions for i in self._pending.pop(tp, ())]
+        acks = await self._send_ledger_entries(partitions)
         await self._send_incidents(incidents)
+        await asyncio.gather(*acks)
         for topic, partition in partitions:
-            ledger_writes = self.live.take_ledger_writes(topic, partition)
             writes = self.live.take_writes(topic, partition)
             with writing_in_partition(topic, partition):
-                if ledger_writes:
-                    ledger = self._ledger_of_topic[topic]
-                    for key, value in ledger_writes:
-                        ledger[key] = value
                 if writes is None:
                     continue
                 table = self._table_of_topic[topic]

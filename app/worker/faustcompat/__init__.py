@@ -85,6 +85,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.tables.base:Collection.apply_changelog_batch", ("self", "batch"), "restore events"),
     ("faust.transport.producer:Producer.buffer", None, "table writes handed over before a commit"),
     ("faust.transport.producer:ProducerBuffer.flush", ("self",), "table writes handed over before a commit"),
+    (
+        "faust.transport.drivers.aiokafka:Producer._ensure_producer",
+        ("self",),
+        "its aiokafka producer: key ledger records sent in whole batches",
+    ),
     ("aiokafka.consumer.fetcher:PartitionRecords._unpack_records", ("self",), "watched topics: in bulk (parsed)"),
     ("aiokafka.consumer.fetcher:PartitionRecords._records_iterator", None, "drained in C (parsed)"),
     ("aiokafka.consumer.fetcher:PartitionRecords._consume_aborted_up_to", ("self", "batch_offset"), "parsed"),
