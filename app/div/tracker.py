@@ -15,7 +15,7 @@ Tolerance is injected, never decided here. Two kinds, as the product defines the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kdiv.div.faults import (
     CorruptData,
@@ -38,10 +38,41 @@ def _never() -> bool:
 class PartitionTracker:
     """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
 
-    __slots__ = ("segments",)
+    __slots__ = ("_unpacked", "segments")
 
     def __init__(self) -> None:
-        self.segments: dict[bytes, Segment] = {}
+        # A producer idle since the last checkpoint is kept packed (`Segment.pack`): a
+        # million producer states fit in a fraction of the memory. Read entries with
+        # `segment`, or `as_segment` when only looking.
+        self.segments: dict[bytes, Segment | bytes] = {}
+        # Unpacked entries -> their last offset at the last `pack_idle` (-1: not seen by one).
+        self._unpacked: dict[bytes, int] = {}
+
+    def segment(self, guid: bytes) -> Segment | None:
+        """The producer's state, unpacked for use (and kept unpacked until it is idle again)."""
+        s = self.segments.get(guid)
+        if isinstance(s, bytes):
+            s = self.segments[guid] = Segment.unpack(s)
+            self._unpacked[guid] = -1
+        return s
+
+    def install(self, producers: Mapping[bytes, Segment | bytes]) -> None:
+        """Replace the state with saved producers, kept packed until used."""
+        self.segments = {g: s if isinstance(s, bytes) else s.pack() for g, s in producers.items()}
+        self._unpacked = {}
+
+    def pack_idle(self) -> None:
+        """Pack every producer whose state has not moved since the previous call."""
+        segments = self.segments
+        for guid, offset_then in list(self._unpacked.items()):
+            s = segments.get(guid)
+            if s is None or isinstance(s, bytes):
+                del self._unpacked[guid]
+            elif s.last_offset == offset_then:
+                segments[guid] = s.pack()
+                del self._unpacked[guid]
+            else:
+                self._unpacked[guid] = s.last_offset
 
     def accept_in_order(
         self, guid: bytes, segment: int, seq: int, producer_ts: int, header_crc: int, crc: int, offset: int
@@ -53,6 +84,8 @@ class PartitionTracker:
         record, which must then go through `validate`.
         """
         s = self.segments.get(guid)
+        if isinstance(s, bytes):
+            s = self.segment(guid)
         if (
             s is None
             or segment != s.segment_number
@@ -84,7 +117,7 @@ class PartitionTracker:
         `crc` is the record CRC32 recomputed from the received bytes; `eop` is True when the
         partition is not inside a push.
         """
-        prev = self.segments.get(header.guid)
+        prev = self.segment(header.guid)
         segment = self._track_segment(prev, header, eop, tolerate_segment_jump)
         self._track_sequence_number(segment, header, eop, tolerate, prev is not None)
         self._track_checksum(segment, header, crc, eop, tolerate)
@@ -129,6 +162,7 @@ class PartitionTracker:
         # Stored before the possible raise below, so the producer's next record validates
         # against it instead of being reported unregistered again.
         self.segments[h.guid] = segment
+        self._unpacked[h.guid] = -1
         if registered:
             segment.registered = True
         else:

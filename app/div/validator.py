@@ -22,7 +22,7 @@ from kdiv.div.faults import (
     Verdict,
 )
 from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
-from kdiv.div.segment import Segment
+from kdiv.div.segment import Segment, last_producer_ts
 from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
     COMMON_SIZE,
@@ -87,7 +87,8 @@ class PartitionValidation:
 class Checkpoint:
     """What to save for one partition: producer states to upsert and expired GUIDs to delete."""
 
-    upserts: Mapping[bytes, Segment]
+    # Idle producers' states are packed (`kdiv.div.segment.as_segment` reads either).
+    upserts: Mapping[bytes, Segment | bytes]
     expired: tuple[bytes, ...]
 
 
@@ -131,10 +132,10 @@ class DataIntegrityValidator:
         return state
 
     def restore_partition(
-        self, topic: str, partition: int, state: PartitionValidation, producers: Mapping[bytes, Segment]
+        self, topic: str, partition: int, state: PartitionValidation, producers: Mapping[bytes, Segment | bytes]
     ) -> None:
         """Install saved state (e.g. from a changelog), replacing what the partition had."""
-        state.tracker.segments = dict(producers)
+        state.tracker.install(producers)
         self.partitions[(topic, partition)] = state
 
     def clear_partition(self, topic: str, partition: int) -> None:
@@ -305,7 +306,7 @@ class DataIntegrityValidator:
                     pass  # e.g. DUPLICATE for a corrupt END_OF_SEGMENT: the record is skipped
         # Whatever the verdict, the producer's state has now seen this record: a consumer that
         # reads it again (a replay after a crash) can tell so from the offset.
-        seen = tracker.segments.get(header.guid)
+        seen = tracker.segment(header.guid)
         if seen is not None and record.offset > seen.last_offset:
             seen.last_offset = record.offset
 
@@ -338,14 +339,15 @@ class DataIntegrityValidator:
         timestamp is >= (latest timestamp saved at the previous checkpoint) - maxAge.
         """
         part = self.partition(topic, partition)
+        part.tracker.pack_idle()
         segments = part.tracker.segments
         expired: list[bytes] = []
         if self.max_age_ms != DISABLED and part.checkpoint_anchor_ms != -1:
             threshold = part.checkpoint_anchor_ms - self.max_age_ms
-            expired = [guid for guid, s in segments.items() if s.last_producer_ts < threshold]
+            expired = [guid for guid, s in segments.items() if last_producer_ts(s) < threshold]
             for guid in expired:
                 del segments[guid]
-        part.checkpoint_anchor_ms = max((s.last_producer_ts for s in segments.values()), default=-1)
+        part.checkpoint_anchor_ms = max(map(last_producer_ts, segments.values()), default=-1)
         return Checkpoint(upserts=dict(segments), expired=tuple(expired))
 
 

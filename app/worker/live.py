@@ -28,7 +28,7 @@ from typing import cast
 
 from kdiv.div.ledger import key_validation_of, ledger_key
 from kdiv.div.record import ConsumedRecord, FetchedRecord
-from kdiv.div.segment import Segment
+from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import (
     DataIntegrityValidator,
     PartitionValidation,
@@ -91,6 +91,8 @@ class LiveValidation:
         self._ledger: dict[tuple[str, int], dict[bytes, FetchedRecord]] = {}
         self._loaded: set[tuple[str, int]] = set()
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
+        # Partitions whose every producer is written with the next unit (see `load_many`).
+        self._rewrite: set[tuple[str, int]] = set()
         self.load_errors: list[LoadError] = []
         self.replays_skipped = 0
 
@@ -112,7 +114,7 @@ class LiveValidation:
         the worker stopping.
         """
         parts: dict[tuple[str, int], PartitionValidation] = {}
-        producers: dict[tuple[str, int], dict[bytes, Segment]] = {tp: {} for tp in wanted}
+        producers: dict[tuple[str, int], dict[bytes, bytes]] = {tp: {} for tp in wanted}
         for key, value in items:
             try:
                 state_key = parse_key(key)
@@ -132,7 +134,8 @@ class LiveValidation:
             elif state_key.guid is None:
                 parts[tp] = cast(PartitionValidation, state)
             else:
-                producers[tp][state_key.guid] = cast(Segment, state)
+                # Packed at once (the tracker keeps idle producers so): no million Segments alive.
+                producers[tp][state_key.guid] = cast(Segment, state).pack()
         for tp in wanted:
             part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
             self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
@@ -140,12 +143,17 @@ class LiveValidation:
             # Written again with the first unit: a store kept on local disk may hold writes
             # whose changelog records a crash lost, and replays that are skipped would never
             # send them; the partition's next owner restores from the changelog.
-            self._dirty[tp] = {*producers[tp], b""} if tp in parts or producers[tp] else set()
+            if tp in parts or producers[tp]:
+                self._dirty[tp] = {b""}
+                self._rewrite.add(tp)
+            else:
+                self._dirty[tp] = set()
 
     def unload(self, topic: str, partition: int) -> None:
         """Forget a partition (revoked): its next owner reads it from the table."""
         self._loaded.discard((topic, partition))
         self._dirty.pop((topic, partition), None)
+        self._rewrite.discard((topic, partition))
         self._ledger.pop((topic, partition), None)
         self.validator.clear_partition(topic, partition)
 
@@ -187,7 +195,7 @@ class LiveValidation:
             self._ledger.setdefault(tp, {})[record.key] = record
         if record.offset <= part.last_offset:
             guid, _kind = _producer_of(record)
-            seen = part.tracker.segments.get(guid) if guid is not None else None
+            seen = part.tracker.segment(guid) if guid is not None else None
             if guid is None or (seen is not None and seen.last_offset >= record.offset):
                 self.replays_skipped += 1
                 return None
@@ -254,10 +262,13 @@ class LiveValidation:
         checkpoint = self.validator.checkpoint(topic, partition)
         part = self.validator.partitions[tp]
         writes = StateWrites(topic, partition, self.values.encode(part))
+        if tp in self._rewrite:
+            self._rewrite.discard(tp)
+            dirty.update(checkpoint.upserts)
         for guid in sorted(dirty):
             segment = checkpoint.upserts.get(guid)
             if segment is not None:
-                writes.producers.append((producer_key(topic, partition, guid), self.values.encode(segment)))
+                writes.producers.append((producer_key(topic, partition, guid), self.values.encode(as_segment(segment))))
         for guid in checkpoint.expired:
             writes.producers.append((producer_key(topic, partition, guid), None))
         dirty.clear()

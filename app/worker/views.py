@@ -16,7 +16,7 @@ from aiohttp import ClientError, ClientTimeout, web
 from faust.web import Request, Response, View
 from yarl import URL
 
-from kdiv.div.segment import SegmentStatus
+from kdiv.div.segment import SegmentStatus, as_segment
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.webauth import authorization_header, bearer_token_middleware
@@ -146,9 +146,10 @@ class Views:
         for (t, p), part in sorted(self.worker.live.validator.partitions.items()):
             if (topic is not None and t != topic) or (partition is not None and p != partition):
                 continue
-            for g, segment in part.tracker.segments.items():
+            for g, state in part.tracker.segments.items():
                 if guid is not None and g != wanted:
                     continue
+                segment = as_segment(state)
                 if status is not None and segment.status.name != status:
                     continue
                 items.append(producer_json(t, p, g, segment))

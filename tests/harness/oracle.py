@@ -6,7 +6,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from kdiv.div.segment import Segment
+from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import DataIntegrityValidator, PartitionValidation
 from kdiv.kafka.consume import read_snapshot
 from kdiv.state.codec import decode_partition, decode_segment
@@ -81,7 +81,8 @@ def state_differences(expected: Oracle, table: dict[bytes, bytes]) -> list[str]:
         for name in ("in_push", "push_failed", "last_offset", "records", "verdict_counts"):
             if getattr(got, name) != getattr(want, name):
                 problems.append(f"{tp}: {name} saved {getattr(got, name)!r}, oracle {getattr(want, name)!r}")
-        for guid, segment in want.tracker.segments.items():
+        for guid, state in want.tracker.segments.items():
+            segment = as_segment(state)
             saved = producers.pop((tp[0], tp[1], guid), None)
             if saved is None:
                 problems.append(f"{tp}: producer {guid.hex()} not saved")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kdiv.div.ledger import key_validation_of
 from kdiv.div.record import ConsumedRecord
+from kdiv.div.segment import as_segment
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, readable_div_header, scan_div_header
@@ -99,7 +100,7 @@ def _saved_state(validator: DataIntegrityValidator) -> dict:
     for (topic, partition), part in validator.partitions.items():
         state[(topic, partition)] = encode_partition(part)
         for guid, segment in part.tracker.segments.items():
-            state[(topic, partition, guid)] = encode_segment(segment)
+            state[(topic, partition, guid)] = encode_segment(as_segment(segment))
     return state
 
 

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdiv.div.record import ConsumedRecord
+from kdiv.div.segment import as_segment
 from kdiv.div.stamper import DivStamper, OutgoingRecord
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import ChecksumType, Kind, decode
@@ -155,7 +156,8 @@ def test_state_saved_and_restored_after_every_record_changes_no_verdict(stream):
         assert (got.verdict, got.fatal) == (want.verdict, want.fatal)
         saved = restarted.partition(record.topic, record.partition)
         producers = {}
-        for guid, segment in saved.tracker.segments.items():
+        for guid, packed_or_not in saved.tracker.segments.items():
+            segment = as_segment(packed_or_not)
             raw = encode_segment(segment)
             assert len(raw) <= 200
             producers[guid] = decode_segment(raw)

@@ -1,0 +1,79 @@
+"""Idle producers' states are kept packed: packing loses nothing and changes no verdict."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kdiv.div.segment import Segment, as_segment, last_producer_ts
+from kdiv.div.stamper import DivStamper
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import ChecksumType
+from tests.harness.streams import GUID_A, GUID_B, Log
+from tests.unit.test_properties import NOW, faulty_stream
+
+_INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@given(
+    segment_number=_INT64,
+    sequence_number=_INT64,
+    checksum_type=st.sampled_from(list(ChecksumType)),
+    checksum=st.one_of(st.none(), st.integers(0, (1 << 64) - 1)),
+    last_offset=_INT64,
+    producer_ts=_INT64,
+    flags=st.lists(st.booleans(), min_size=6, max_size=6),
+)
+def test_a_packed_segment_unpacks_equal(
+    segment_number, sequence_number, checksum_type, checksum, last_offset, producer_ts, flags
+):
+    segment = Segment(segment_number, sequence_number, checksum_type)
+    segment.checksum = checksum
+    segment.last_offset = last_offset
+    segment.last_producer_ts = producer_ts
+    (
+        segment.checksum_finalized,
+        segment.registered,
+        segment.started,
+        segment.ended,
+        segment.final_segment,
+        segment.new_segment,
+    ) = flags
+    packed = segment.pack()
+    assert isinstance(packed, bytes) and len(packed) < 64
+    assert Segment.unpack(packed) == segment
+    assert as_segment(packed) == segment and as_segment(segment) is segment
+    assert last_producer_ts(packed) == producer_ts == last_producer_ts(segment)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(faulty_stream())
+def test_checkpoints_pack_idle_producers_and_change_no_verdict(stream):
+    steady = DataIntegrityValidator()
+    packing = DataIntegrityValidator()
+    for record, _ in stream:
+        got, want = packing.validate(record, NOW), steady.validate(record, NOW)
+        assert (got.verdict, got.fatal, got.detail) == (want.verdict, want.fatal, want.detail)
+        # A checkpoint after every record: whoever did not move since the last one is packed.
+        packing.checkpoint(record.topic, record.partition)
+        tracker = packing.partition(record.topic, record.partition).tracker
+        want_states = steady.partition(record.topic, record.partition).tracker.segments
+        assert {g: as_segment(s) for g, s in tracker.segments.items()} == want_states
+
+
+def test_an_idle_producer_is_packed_at_the_second_checkpoint_and_unpacked_when_it_writes():
+    log = Log()
+    busy, idle = DivStamper(GUID_A), DivStamper(GUID_B)
+    v = DataIntegrityValidator()
+    for r in log.add_outgoing(idle.data("t", 0, b"k", b"v", 1_000)):
+        v.validate(r, NOW)
+    tracker = v.partition("t", 0).tracker
+    v.checkpoint("t", 0)  # the idle producer's state moved since it was created: kept as is
+    assert isinstance(tracker.segments[GUID_B], Segment)
+    for r in log.add_outgoing(busy.data("t", 0, b"k", b"v", 1_001)):
+        v.validate(r, NOW)
+    v.checkpoint("t", 0)
+    assert isinstance(tracker.segments[GUID_B], bytes) and isinstance(tracker.segments[GUID_A], Segment)
+    for r in log.add_outgoing(idle.data("t", 0, b"k", b"v", 1_002)):
+        assert v.validate(r, NOW).verdict.value == "OK"
+    assert isinstance(tracker.segments[GUID_B], Segment) and tracker.segments[GUID_B].sequence_number == 2
