@@ -18,7 +18,7 @@ from typing import Any
 import fastavro
 
 from kdiv.div.faults import Verdict
-from kdiv.div.ledger import KeyValidation
+from kdiv.div.ledger import PACKED_SIZE, KeyValidation, pack_key_validation, unpack_key_validation
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
 from kdiv.div.wire import ChecksumType
@@ -74,16 +74,34 @@ _KEY_VALIDATION = {
     ],
 }
 
+# The key ledger's entries as written: the packed form (`kdiv.div.ledger.pack_key_validation`)
+# in one fixed field. The ledger is written at the topic's rate; the KeyValidation record
+# above stays readable for entries written before.
+_KEY_VALIDATION_PACKED = {
+    "type": "record",
+    "name": "KeyValidationPacked",
+    "namespace": "kdiv.state",
+    "doc": "offset i64, timestamp i64, crc u32, flags u8 (1 tombstone, 2 producer, segment, seq "
+    "present), producer 16 bytes, segment i64, seq i64; little-endian",
+    "fields": [{"name": "entry", "type": {"type": "fixed", "name": "KeyValidationBytes", "size": PACKED_SIZE}}],
+}
+
 # Table values of every kind share one registered schema, the union of the records
 # (TopicNameStrategy allows a top-level union): partition and producer state share a
 # changelog, and the key ledger's changelog carries the same schema so one id serves all.
 # Evolve it by adding fields with defaults or union branches; values written with an older
 # registered version are read through Avro schema resolution into this one.
-STATE_SCHEMA_JSON = json.dumps([_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION], separators=(",", ":"))
-STATE_SCHEMA = fastavro.parse_schema([_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION])
+_BRANCHES = [_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION, _KEY_VALIDATION_PACKED]
+STATE_SCHEMA_JSON = json.dumps(_BRANCHES, separators=(",", ":"))
+STATE_SCHEMA = fastavro.parse_schema(_BRANCHES)
 PARTITION_STATE_NAME = "kdiv.state.PartitionState"
 PRODUCER_STATE_NAME = "kdiv.state.ProducerPartitionState"
 KEY_VALIDATION_NAME = "kdiv.state.KeyValidation"
+KEY_VALIDATION_PACKED_NAME = "kdiv.state.KeyValidationPacked"
+# The Avro encoding of a packed entry: the branch's union index (3, zig-zag) and the fixed
+# field's bytes as they are. Written by hand, one concatenation per entry; a test holds it
+# to fastavro's own encoding.
+PACKED_KEY_VALIDATION_BRANCH = b"\x06"
 _SIGN = 1 << 63
 _WRAP = 1 << 64
 
@@ -114,6 +132,8 @@ def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | Partition
         return _segment_of(fields)
     if name == PARTITION_STATE_NAME:
         return _partition_of(fields)
+    if name == KEY_VALIDATION_PACKED_NAME:
+        return unpack_key_validation(fields["entry"])
     if name == KEY_VALIDATION_NAME:
         return KeyValidation(**fields)
     raise StateDecodeError(f"state value is a {name}, not a kind of kdiv state")
@@ -134,19 +154,7 @@ def decode_partition(body: bytes, writer_schema=STATE_SCHEMA) -> PartitionValida
 
 
 def encode_key_validation(entry: KeyValidation) -> bytes:
-    return _write(
-        KEY_VALIDATION_NAME,
-        {
-            "offset": entry.offset,
-            "timestamp": entry.timestamp,
-            # record_crc is unsigned 32-bit: it fits a long as it is.
-            "crc": entry.crc,
-            "tombstone": entry.tombstone,
-            "producer": entry.producer,
-            "segment": entry.segment,
-            "seq": entry.seq,
-        },
-    )
+    return PACKED_KEY_VALIDATION_BRANCH + pack_key_validation(entry)
 
 
 def encode_segment(segment: Segment) -> bytes:

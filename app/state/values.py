@@ -16,6 +16,7 @@ from kdiv.div.ledger import KeyValidation
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
 from kdiv.state.codec import (
+    PACKED_KEY_VALIDATION_BRANCH,
     STATE_SCHEMA,
     STATE_SCHEMA_JSON,
     StateDecodeError,
@@ -36,6 +37,7 @@ class StateValues:
     def __init__(self, schema_id: int, writer_schemas: Mapping[int, object] | None = None) -> None:
         self.schema_id = schema_id
         self._writers: dict[int, object] = {schema_id: STATE_SCHEMA, **(writer_schemas or {})}
+        self._packed_key_validation_prefix = frame(schema_id, PACKED_KEY_VALIDATION_BRANCH)
 
     @classmethod
     def unregistered(cls) -> StateValues:
@@ -61,6 +63,10 @@ class StateValues:
         else:
             body = encode_partition(state)
         return frame(self.schema_id, body)
+
+    def encode_packed_key_validation(self, packed: bytes) -> bytes:
+        """The value of a key ledger entry already packed (`kdiv.div.ledger.pack_key_validation`)."""
+        return self._packed_key_validation_prefix + packed
 
     def decode(self, raw: bytes) -> Segment | PartitionValidation | KeyValidation:
         try:

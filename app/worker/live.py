@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from kdiv.div.ledger import key_validation_of, ledger_key
+from kdiv.div.ledger import ledger_key, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import (
@@ -245,12 +245,13 @@ class LiveValidation:
         records = self._ledger.pop((topic, partition), None)
         if not records:
             return []
-        encode = self.values.encode
+        encode = self.values.encode_packed_key_validation
+        prefix = ledger_key(topic, partition, b"")
         writes = []
         for key, record in records.items():
-            entry = key_validation_of(record)
-            if entry is not None:  # DIV control records carry no user data
-                writes.append((ledger_key(topic, partition, key), encode(entry)))
+            packed = packed_key_validation_of(record)
+            if packed is not None:  # DIV control records carry no user data
+                writes.append((prefix + key, encode(packed)))
         return writes
 
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:

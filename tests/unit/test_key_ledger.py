@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import io
+
+import fastavro
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kdiv.div.ledger import (
     KeyValidation,
     at_rest_crc,
     key_validation_of,
     ledger_key,
+    pack_key_validation,
+    packed_key_validation_of,
     parse_ledger_key,
+    unpack_key_validation,
 )
+from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
 from kdiv.div.wire import Kind
-from kdiv.state.codec import StateDecodeError, decode_state
+from kdiv.state.codec import (
+    KEY_VALIDATION_PACKED_NAME,
+    STATE_SCHEMA,
+    StateDecodeError,
+    decode_state,
+    encode_key_validation,
+)
 from kdiv.state.framing import unframe
 from kdiv.state.values import StateValues
 from kdiv.worker.live import LiveValidation
@@ -93,3 +108,46 @@ def test_ledger_values_share_the_state_schema_and_say_what_they_are():
     with pytest.raises(ValueError, match="not topic"):
         parse_ledger_key(b"no-separators")
     assert parse_ledger_key(ledger_key("t", 3, b"a|b|c")) == ("t", 3, b"a|b|c")
+
+
+def test_the_hand_written_packed_branch_is_what_fastavro_writes():
+    entry = KeyValidation(88003, NOW, 0xFFFFFFFF, False, GUID_A, 2, 77)
+    packed = pack_key_validation(entry)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, STATE_SCHEMA, (KEY_VALIDATION_PACKED_NAME, {"entry": packed}))
+    assert encode_key_validation(entry) == out.getvalue()
+    assert decode_state(out.getvalue()) == entry
+    tombstone = KeyValidation(5, NOW, 0, True)
+    assert unpack_key_validation(pack_key_validation(tombstone)) == tombstone
+    with pytest.raises(ValueError, match="53 bytes"):
+        unpack_key_validation(packed[:-1])
+
+
+def _header(kind: int, size: int, version: int = 1) -> bytes:
+    body = bytes([version, kind]) + GUID_A + (3).to_bytes(4, "big") + (9).to_bytes(4, "big")
+    body += NOW.to_bytes(8, "big") + (1234).to_bytes(4, "big")
+    return (body + bytes(64))[:size]
+
+
+@given(
+    key=st.one_of(st.none(), st.binary(max_size=20)),
+    value=st.one_of(st.none(), st.binary(max_size=40)),
+    headers=st.lists(
+        st.one_of(
+            st.tuples(st.just("div"), st.one_of(st.none(), st.binary(max_size=50))),
+            st.builds(
+                lambda kind, size, version: ("div", _header(kind, size, version)),
+                st.integers(0, 6),
+                st.sampled_from([37, 38, 39, 47]),
+                st.sampled_from([1, 1, 1, 2]),
+            ),
+            st.tuples(st.sampled_from(["trace", "Div"]), st.binary(max_size=8)),
+        ),
+        max_size=3,
+    ),
+    offset=st.integers(0, 1 << 40),
+)
+def test_the_fast_packed_entry_is_the_entry_packed(key, value, headers, offset):
+    record = ConsumedRecord("t", 0, offset, NOW, key, value, tuple(headers))
+    entry = key_validation_of(record)
+    assert packed_key_validation_of(record) == (None if entry is None else pack_key_validation(entry))
