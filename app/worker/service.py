@@ -66,6 +66,9 @@ from kdiv.worker.views import register_views
 log = logging.getLogger("kdiv.worker")
 
 
+PRODUCER_BATCH_BYTES = 256 * 1024
+
+
 @dataclass
 class WorkerStats:
     """Counters of the worker's own work, for the metrics."""
@@ -499,6 +502,10 @@ def build_app(settings: Settings, cluster: ClusterView, state_schema_id: int) ->
         broker_heartbeat_interval=settings.heartbeat_interval_s,
         broker_commit_interval=settings.commit_interval_s,
         consumer_auto_offset_reset="earliest",
+        # aiokafka sends one batch per partition per request: at 16 KiB (the default) a
+        # commit's key ledger entries took dozens of round trips while the worker waited.
+        # Well under Kafka's default message.max.bytes (1 MiB).
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
         table_standby_replicas=settings.standby_replicas,
         topic_replication_factor=settings.replication_factor,
         key_serializer="raw",
