@@ -47,13 +47,13 @@ FINDINGS_SCHEMA = StructType(
         StructField("key", BinaryType(), True),
         # Producer GUID as hex, when the record or state names one.
         StructField("producer", StringType(), True),
-        StructField("segment", IntegerType(), True),
+        StructField("segment", LongType(), True),  # a header carries it unsigned 32-bit
         StructField("seq", LongType(), True),
         # Record time (ms since epoch) of the record at issue, -1 when unknown.
         StructField("timestamp_ms", LongType(), False),
         # Records the finding stands for (1 per key; records carrying a schema id).
         StructField("count", LongType(), False),
-        StructField("schema_id", IntegerType(), True),
+        StructField("schema_id", LongType(), True),  # as framed: unsigned 32-bit
         StructField("expected_subject", StringType(), True),
         StructField("registered_subjects", ArrayType(StringType()), True),
         StructField("detail", StringType(), False),

@@ -265,7 +265,7 @@ class Reconciliation:
                 F.col("changelog_offset").alias("offset"),
                 F.lit(None).cast("binary").alias("key"),
                 F.lit(None).cast("string").alias("producer"),
-                F.lit(None).cast("int").alias("segment"),
+                F.lit(None).cast("long").alias("segment"),
                 F.lit(None).cast("long").alias("seq"),
                 F.lit(-1).cast("long").alias("timestamp_ms"),
                 F.lit(1).cast("long").alias("count"),

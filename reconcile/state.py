@@ -44,7 +44,7 @@ STATE_ROWS = StructType(
         StructField("changelog", StringType(), False),
         StructField("changelog_partition", IntegerType(), False),
         StructField("changelog_offset", LongType(), False),
-        StructField("schema_id", IntegerType(), True),
+        StructField("schema_id", LongType(), True),  # as framed: unsigned 32-bit
         # The watched topic and partition the state is about.
         StructField("topic", StringType(), True),
         StructField("partition", IntegerType(), True),

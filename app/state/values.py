@@ -37,7 +37,7 @@ class StateValues:
     def __init__(self, schema_id: int, writer_schemas: Mapping[int, object] | None = None) -> None:
         self.schema_id = schema_id
         self._writers: dict[int, object] = {schema_id: STATE_SCHEMA, **(writer_schemas or {})}
-        self._packed_key_validation_prefix = frame(schema_id, PACKED_KEY_VALIDATION_BRANCH)
+        self._packed_key_validation_prefix: bytes | None = None  # made at the first use
 
     @classmethod
     def unregistered(cls) -> StateValues:
@@ -66,7 +66,10 @@ class StateValues:
 
     def encode_packed_key_validation(self, packed: bytes) -> bytes:
         """The value of a key ledger entry already packed (`kdiv.div.ledger.pack_key_validation`)."""
-        return self._packed_key_validation_prefix + packed
+        prefix = self._packed_key_validation_prefix
+        if prefix is None:
+            prefix = self._packed_key_validation_prefix = frame(self.schema_id, PACKED_KEY_VALIDATION_BRANCH)
+        return prefix + packed
 
     def decode(self, raw: bytes) -> Segment | PartitionValidation | KeyValidation:
         try:

@@ -188,9 +188,11 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
         changelog, key=partition_key, value=frame(foreign_id, unframe(table[partition_key])[1]), partition=0
     )
     producer.produce(changelog, key=b"p|ghost|0", value=frame(987654, b"\x00"), partition=0)
+    # A foreign value whose id does not fit a signed 32-bit int: a finding at its offset.
+    producer.produce(changelog, key=b"p|ghost|1", value=b"\x00\xff\xff\xff\xfe\x00\x01", partition=0)
     assert producer.flush(30) == 0
     changelog_records = await read_all(bootstrap, changelog)
-    mismatch_offset, unknown_offset = changelog_records[-2].offset, changelog_records[-1].offset
+    mismatch_offset, unknown_offset, huge_id_offset = (r.offset for r in changelog_records[-3:])
 
     out = tmp_path / "planted"
     command = [
@@ -219,6 +221,7 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
         ("SEQUENCE_BEHIND", events, 0, events_seq, None),
         ("SUBJECT_MISMATCH", changelog, 0, mismatch_offset, None),
         ("SCHEMA_UNKNOWN", changelog, 0, unknown_offset, None),
+        ("SCHEMA_UNKNOWN", changelog, 0, huge_id_offset, None),
     }
     assert found_in(spark, report) == expected
     assert summary["status"] == "discrepancies" and summary["exit_code"] == 1
