@@ -91,6 +91,12 @@ _PACKED = struct.Struct("<qqIB16sqq")
 PACKED_SIZE = _PACKED.size
 _TOMBSTONE = 1
 _PRODUCER = 2
+# For a validator that has a DATA record's header fields and CRC at hand (`validate_run`):
+# pack_fields(offset, timestamp, crc, flags, guid, segment, seq), flags DATA_FLAGS for a
+# value, TOMBSTONE_FLAGS for none. The same bytes as `packed_key_validation_of`.
+pack_fields = _PACKED.pack
+DATA_FLAGS = _PRODUCER
+TOMBSTONE_FLAGS = _PRODUCER | _TOMBSTONE
 _NO_PRODUCER = bytes(16)
 _DATA = int(Kind.DATA)
 

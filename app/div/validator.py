@@ -21,6 +21,7 @@ from kdiv.div.faults import (
     ImproperlyStartedSegment,
     Verdict,
 )
+from kdiv.div.ledger import DATA_FLAGS, TOMBSTONE_FLAGS, pack_fields, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
 from kdiv.div.segment import Segment, last_producer_ts
 from kdiv.div.tracker import PartitionTracker
@@ -186,6 +187,7 @@ class DataIntegrityValidator:
         touched: set[bytes],
         watch: set[bytes],
         results: list[ValidationResult],
+        ledger: dict[bytes, bytes | None] | None = None,
     ) -> int:
         """Validate `records[start:]` of `topic`[`partition`], in offset order, as `validate`
         would one by one, without a result (or a ConsumedRecord) per intact in-order record.
@@ -197,6 +199,10 @@ class DataIntegrityValidator:
         below the partition's last offset (a re-delivery: the caller decides whether it is a
         replay) and before a push marker (which may close the caller's unit of writes), and
         returns the index it stopped at (`len(records)` when it took them all).
+
+        `ledger` (a compacted topic's): each keyed record's packed key ledger entry is put
+        under its key (None for a DIV control record), from the header fields and CRC the
+        validation read: a ledger entry costs no second header scan or CRC.
         """
         part = self.partition(topic, partition)
         accept_in_order = part.tracker.accept_in_order
@@ -218,22 +224,20 @@ class DataIntegrityValidator:
             if found == 1 and raw is not None:
                 if len(raw) == COMMON_SIZE:
                     version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
-                    if (
-                        version == FORMAT_VERSION
-                        and kind == _DATA
-                        and accept_in_order(
-                            guid,
-                            segment,
-                            seq,
-                            producer_ts,
-                            header_crc,
-                            record_crc(_DATA, record.key, record.value),
-                            offset,
-                        )
-                    ):
+                    if version == FORMAT_VERSION and kind == _DATA:
+                        crc = record_crc(_DATA, record.key, record.value)
+                        in_order = accept_in_order(guid, segment, seq, producer_ts, header_crc, crc, offset)
+                    else:
+                        in_order = False
+                    if in_order:
                         accepted += 1
                         last = offset
                         touched.add(guid)
+                        if ledger is not None:
+                            key = record.key
+                            if key is not None:
+                                flags = DATA_FLAGS if record.value is not None else TOMBSTONE_FLAGS
+                                ledger[key] = pack_fields(offset, record.timestamp, crc, flags, guid, segment, seq)
                         if guid in watch:
                             results.append(
                                 _new_result(
@@ -252,6 +256,8 @@ class DataIntegrityValidator:
             result = self._validate_full(consumed(topic, partition, record), now_ms, found, raw)
             last = part.last_offset
             results.append(result)
+            if ledger is not None and record.key is not None:
+                ledger[record.key] = packed_key_validation_of(record)
             guid = result.guid
             if guid is None:
                 touched.add(b"")

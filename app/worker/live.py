@@ -86,9 +86,10 @@ class LiveValidation:
         # How state is written to and read from the table (Confluent-framed Avro).
         self.values = values or StateValues.unregistered()
         # Compacted topics: their keys' last validated records go to the key ledger. Held
-        # as the records until the writes are taken: only the last per key becomes an entry.
+        # packed per key until the writes are taken: one entry per key and unit (None: the
+        # key's last record was a DIV control record, which has no entry).
         self.ledger_topics = ledger_topics
-        self._ledger: dict[tuple[str, int], dict[bytes, FetchedRecord]] = {}
+        self._ledger: dict[tuple[str, int], dict[bytes, bytes | None]] = {}
         self._loaded: set[tuple[str, int]] = set()
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
         # Partitions whose every producer is written with the next unit (see `load_many`).
@@ -192,7 +193,7 @@ class LiveValidation:
         if record.topic in self.ledger_topics and record.key is not None:
             # Replays too: a crash may have saved the partition state but not the ledger
             # entry (another topic), and the entry of a replay is the same entry.
-            self._ledger.setdefault(tp, {})[record.key] = record
+            self._ledger.setdefault(tp, {})[record.key] = packed_key_validation_of(record)
         if record.offset <= part.last_offset:
             guid, _kind = _producer_of(record)
             seen = part.tracker.segment(guid) if guid is not None else None
@@ -231,28 +232,18 @@ class LiveValidation:
         if tp not in self._loaded:
             raise RuntimeError(f"{topic}[{partition}] is validated before its state is loaded")
         dirty = self._dirty.setdefault(tp, set())
-        end = self.validator.validate_run(topic, partition, records, start, now_ms, dirty, watch, results)
-        if topic in self.ledger_topics and end > start:
-            ledger = self._ledger.setdefault(tp, {})
-            for i in range(start, end):
-                record = records[i]
-                if record.key is not None:
-                    ledger[record.key] = record
-        return end
+        ledger = self._ledger.setdefault(tp, {}) if topic in self.ledger_topics else None
+        return self.validator.validate_run(topic, partition, records, start, now_ms, dirty, watch, results, ledger)
 
     def take_ledger_writes(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
         """Key ledger entries validated since the last call (the latest per key)."""
-        records = self._ledger.pop((topic, partition), None)
-        if not records:
+        entries = self._ledger.pop((topic, partition), None)
+        if not entries:
             return []
         encode = self.values.encode_packed_key_validation
         prefix = ledger_key(topic, partition, b"")
-        writes = []
-        for key, record in records.items():
-            packed = packed_key_validation_of(record)
-            if packed is not None:  # DIV control records carry no user data
-                writes.append((prefix + key, encode(packed)))
-        return writes
+        # DIV control records (None) carry no user data.
+        return [(prefix + key, encode(packed)) for key, packed in entries.items() if packed is not None]
 
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:
         """The writes that save everything validated since the last call, or None."""

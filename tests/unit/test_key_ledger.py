@@ -32,7 +32,7 @@ from kdiv.state.codec import (
 from kdiv.state.framing import unframe
 from kdiv.state.values import StateValues
 from kdiv.worker.live import LiveValidation
-from tests.harness.streams import GUID_A, NOW, Log
+from tests.harness.streams import GUID_A, NOW, Log, corrupt_value
 
 
 def live_for(compacted: set[str]) -> LiveValidation:
@@ -78,6 +78,33 @@ def test_ledger_keeps_the_last_record_per_key_of_compacted_topics_only():
     plain.load("events", 0, [])
     plain.process(other.data(0, 1, key=b"a"), NOW)
     assert plain.take_ledger_writes("events", 0) == []
+
+
+def test_the_bulk_path_writes_the_entries_one_by_one_validation_writes():
+    """`process_run` packs entries from the fields validation read; `process` from the record."""
+    log = Log("orders")
+    records = [
+        log.control(Kind.START_OF_SEGMENT, 0, 0),
+        log.data(0, 1, key=b"a", value=b"1"),
+        log.data(0, 2, key=b"b", value=b"2"),
+        log.data(0, 3, key=b"a", value=None),  # a stamped tombstone, in order
+        corrupt_value(log.data(0, 4, key=b"c", value=b"4")),  # a fault: the full path
+        log.data(0, 6, key=b"d", value=b"6"),  # a gap
+        log.add(b"e", b"unstamped", ()),
+        log.data(0, 7, key=b"b", value=b"7"),
+        log.control(Kind.END_OF_SEGMENT, 0, 8),
+    ]
+    one_by_one = live_for({"orders"})
+    one_by_one.load("orders", 0, [])
+    for record in records:
+        one_by_one.process(record, NOW)
+
+    bulk = live_for({"orders"})
+    bulk.load("orders", 0, [])
+    results: list = []
+    assert bulk.process_run("orders", 0, records, 0, NOW, set(), results) == len(records)
+    assert [r.verdict for r in results] != []  # the faults took the full path
+    assert bulk.take_ledger_writes("orders", 0) == one_by_one.take_ledger_writes("orders", 0)
 
 
 def test_replays_write_their_entry_again():
