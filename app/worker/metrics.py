@@ -38,7 +38,15 @@ class WorkerCollector:
         in_push = GaugeMetricFamily("kdiv_partition_in_push", "1 between START_OF_PUSH and END_OF_PUSH", labels=_TP)
         push_failed = GaugeMetricFamily("kdiv_push_failed", "1 when the last push had a fatal fault", labels=_TP)
         lag = GaugeMetricFamily("kdiv_consumer_lag", "Records behind the partition's high watermark", labels=_TP)
-        for (topic, partition), part in sorted(worker.live.validator.partitions.items()):
+        recovering = GaugeMetricFamily(
+            "kdiv_partition_recovering",
+            "Per partition assigned to this worker: 1 while its state is being restored, 0 once loaded",
+            labels=_TP,
+        )
+        loaded = worker.live.validator.partitions
+        for topic, partition in worker.assigned_partitions():
+            recovering.add_metric([topic, str(partition)], int((topic, partition) not in loaded))
+        for (topic, partition), part in sorted(loaded.items()):
             labels = [topic, str(partition)]
             validated.add_metric(labels, part.records)
             for verdict, count in sorted(part.verdict_counts.items(), key=lambda item: item[0].value):
@@ -52,7 +60,7 @@ class WorkerCollector:
             behind = worker.lag(topic, partition)
             if behind is not None:
                 lag.add_metric(labels, behind)
-        yield from (validated, faults, untracked, producers, in_push, push_failed, lag)
+        yield from (validated, faults, untracked, producers, in_push, push_failed, lag, recovering)
 
         stats = worker.stats
         for name, help_text, value in (

@@ -167,7 +167,12 @@ class ValidationWorker:
     # -- the state's schemas -----------------------------------------------------------------
 
     async def after_restore(self, table: StateTable, changelog: str) -> None:
-        """Restore listener end, then the subject check of every schema id the state holds."""
+        """Load the assigned partitions' state, end the restore listener, then check the
+        subject of every schema id the state holds."""
+        # Before the stream resumes (Faust awaits this), not at each partition's next
+        # record: an idle partition's state, owner and lag are in the views and metrics
+        # right after every rebalance, kept partitions included (all are revoked first).
+        self._load_assigned(only_partition_count=table.partitions)
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
         ids = self.restore.first_offsets(changelog)
         for value in table.values():
@@ -313,13 +318,26 @@ class ValidationWorker:
         for topic, partition in self.live.loaded - keep:
             self.live.unload(topic, partition)
 
-    def _load_assigned(self) -> None:
-        """Load every assigned, not yet loaded source partition in one pass per table."""
+    def assigned_partitions(self) -> list[tuple[str, int]]:
+        """The watched partitions assigned to this worker now, sorted."""
+        if self.app.consumer is None:
+            return []
+        return sorted(
+            (tp.topic, tp.partition)
+            for tp in self.app.consumer.assignment()
+            if self.cluster.topic(tp.topic) is not None
+        )
+
+    def _load_assigned(self, only_partition_count: int | None = None) -> None:
+        """Load every assigned, not yet loaded source partition in one pass per table
+        (only the table of topics with `only_partition_count` partitions, when given)."""
         wanted_by_table: dict[int, set[tuple[str, int]]] = {}
-        for tp in self.app.consumer.assignment():
-            topic = self.cluster.topic(tp.topic)
-            if topic is not None and not self.live.is_loaded(tp.topic, tp.partition):
-                wanted_by_table.setdefault(topic.partitions, set()).add((tp.topic, tp.partition))
+        for name, partition in self.assigned_partitions():
+            topic = self.cluster.topic(name)
+            if topic is None or (only_partition_count is not None and topic.partitions != only_partition_count):
+                continue
+            if not self.live.is_loaded(name, partition):
+                wanted_by_table.setdefault(topic.partitions, set()).add((name, partition))
         for n, wanted in wanted_by_table.items():
             self.live.load_many(wanted, self.tables[n].items())
             self.load_errors_seen += len(self.live.load_errors)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from http import HTTPStatus
+from typing import NamedTuple
 
 from aiohttp import ClientError, ClientTimeout, web
 from faust.web import Request, Response, View
@@ -26,6 +27,14 @@ log = logging.getLogger("kdiv.views")
 LOCAL = "local"
 _PEER_TIMEOUT = ClientTimeout(total=5)
 MAX_PAGE = 1000
+
+
+class PeerAnswer(NamedTuple):
+    """Another worker's answer: status and JSON body, both None when it did not answer."""
+
+    url: URL
+    status: int | None
+    body: dict | list | None
 
 
 class BadRequest(Exception):
@@ -48,11 +57,29 @@ def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
     }
 
 
+def recovering_partition_json(worker, topic: str, partition: int) -> dict:
+    """An assigned partition whose state is still being restored: its owner, no state yet."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "recovering": True,
+        "phase": None,
+        "push_failed": None,
+        "last_offset": None,
+        "records": None,
+        "counts": None,
+        "producers": None,
+        "lag": None,
+        "worker": str(worker.app.conf.canonical_url),
+    }
+
+
 def partition_json(worker, topic: str, partition: int, part) -> dict:
     """A partition's state, owner and lag as the views show it."""
     return {
         "topic": topic,
         "partition": partition,
+        "recovering": False,
         "phase": "push" if part.in_push else "stream",
         "push_failed": part.push_failed,
         "last_offset": part.last_offset,
@@ -100,18 +127,17 @@ class Views:
                 return URL(str(url))
         return None
 
-    async def ask(self, url: URL, request: Request) -> tuple[URL, dict | None]:
+    async def ask(self, url: URL, request: Request) -> PeerAnswer:
         """Ask another worker for its local answer to this request."""
         path = request.path  # type: ignore[attr-defined]  # aiohttp's Request
         target = url.with_path(path).with_query({**request.query, "scope": LOCAL})
         try:
             async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT, headers=self._peer_headers) as response:
-                if response.status != 200:
-                    return url, None
-                return url, await response.json()
+                return PeerAnswer(url, response.status, await response.json())
         except (TimeoutError, ClientError, ValueError) as bad:
+            # ValueError: an answer that is not JSON, e.g. from something else at that address.
             log.warning("worker %s did not answer %s: %s", url, request.url, bad)
-            return url, None
+            return PeerAnswer(url, None, None)
 
     async def gather(self, request: Request, local: list[dict]) -> dict:
         """Local items plus every peer's, unless this is itself a peer's request."""
@@ -120,11 +146,11 @@ class Views:
         answers = await asyncio.gather(*(self.ask(url, request) for url in self._peer_urls()))
         items = list(local)
         unavailable = []
-        for url, answer in answers:
-            if answer is None:
-                unavailable.append(str(url))
+        for answer in answers:
+            if answer.status != 200 or not isinstance(answer.body, dict):
+                unavailable.append(str(answer.url))
             else:
-                items.extend(answer["items"])
+                items.extend(answer.body["items"])
         items.sort(key=lambda item: (item["topic"], item["partition"], item.get("producer", "")))
         return {"items": items, "unavailable_workers": unavailable}
 
@@ -155,12 +181,26 @@ class Views:
                 items.append(producer_json(t, p, g, segment))
         return items
 
+    def partition(self, topic: str, partition: int) -> dict | None:
+        """This worker's view of one partition: its state, or that it is recovering here
+        (assigned, state not loaded yet); None when this worker has neither."""
+        part = self.worker.live.validator.partitions.get((topic, partition))
+        if part is not None:
+            return partition_json(self.worker, topic, partition, part)
+        if (topic, partition) in self.worker.assigned_partitions():
+            return recovering_partition_json(self.worker, topic, partition)
+        return None
+
     def partitions(self, request: Request) -> list[dict]:
-        """This worker's partitions."""
+        """This worker's partitions: those with state, and those assigned and recovering."""
         topic = request.query.get("topic")
+        loaded = self.worker.live.validator.partitions
+        listed = sorted(set(loaded) | set(self.worker.assigned_partitions()))
         return [
-            partition_json(self.worker, t, p, part)
-            for (t, p), part in sorted(self.worker.live.validator.partitions.items())
+            partition_json(self.worker, t, p, loaded[(t, p)])
+            if (t, p) in loaded
+            else recovering_partition_json(self.worker, t, p)
+            for t, p in listed
             if topic is None or t == topic
         ]
 
@@ -190,17 +230,9 @@ class Views:
         recovery = self.worker.recovery_status()
         parts = self.worker.live.validator.partitions
         failed = [{"topic": t, "partition": p} for (t, p), part in sorted(parts.items()) if part.push_failed]
-        assigned = (
-            sorted(
-                (tp.topic, tp.partition)
-                for tp in self.app.consumer.assignment()
-                if self.worker.cluster.topic(tp.topic) is not None
-            )
-            if self.app.consumer is not None
-            else []
-        )
+        assigned = self.worker.assigned_partitions()
         # While tables recover, assigned partitions not yet loaded are still being restored;
-        # afterwards a partition's state loads with its first record, so idle ones are ready.
+        # their state loads when recovery completes (or with a record that comes first).
         restoring = recovery["in_progress"]
         ready = [{"topic": t, "partition": p} for t, p in assigned if (t, p) in parts or not restoring]
         recovering = [{"topic": t, "partition": p} for t, p in assigned if (t, p) not in parts and restoring]
@@ -283,9 +315,9 @@ def register_views(app, worker) -> Views:
                 number = int(partition)
             except ValueError:
                 return error(self, 400, f"partition {partition!r} is not an integer")
-            part = views.worker.live.validator.partitions.get((topic, number))
-            if part is not None:
-                return self.json(partition_json(views.worker, topic, number, part))
+            here = views.partition(topic, number)
+            if here is not None:
+                return self.json(here)
             owner = views.owner_of(topic, number)
             me = URL(str(views.app.conf.canonical_url))
             if (
@@ -293,10 +325,11 @@ def register_views(app, worker) -> Views:
                 and (owner.host, owner.port) != (me.host, me.port)
                 and request.query.get("scope") != LOCAL
             ):
-                _url, answer = await views.ask(owner, request)
-                if answer is not None:
-                    return self.json(answer)
-                return error(self, 503, f"{topic}[{number}] is owned by {owner}, which did not answer")
+                answer = await views.ask(owner, request)
+                if answer.status is None:
+                    return error(self, 503, f"{topic}[{number}] is owned by {owner}, which did not answer")
+                # The owner's answer as it gave it: its 404 stays a 404, with its message.
+                return self.json(answer.body, status=answer.status)
             return error(self, 404, f"{topic}[{number}] is not a watched partition with state here")
 
     @app.page("/incidents/")

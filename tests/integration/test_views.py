@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from types import SimpleNamespace
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
+from kdiv.worker.views import Views
 from tests.harness.broker import exact_end_offsets, produce_with_faults, read_incidents, wait_until_caught_up
 from tests.harness.http import http_json, wait_for_incidents_read, wait_for_split
 from tests.harness.oracle import incident_differences, oracle
@@ -116,3 +120,98 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
             got, body = await http_json(session, "GET", workers[0].url + path)
             assert got == code, (path, body)
             assert isinstance(body, dict) and body["message"], (path, body)
+
+
+def state_of(item: dict) -> tuple:
+    """What a partition's listing must keep across rebalances (not its owner or lag)."""
+    return (item["phase"], item["push_failed"], item["last_offset"], item["records"], item["counts"], item["producers"])
+
+
+async def settled_listing(session, asked: WorkerProcess, owners: list[WorkerProcess], timeout: float = 60.0) -> dict:
+    """partition -> item of `asked`'s /partitions/, once every partition is listed once, with
+    its state loaded and its lag known, and exactly `owners` own them."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    expected = {w.url for w in owners}
+    body: dict | str = {}
+    while loop.time() < deadline:
+        status, body = await http_json(session, "GET", f"{asked.url}/partitions/")
+        if status == 200 and isinstance(body, dict) and not body["unavailable_workers"]:
+            items = body["items"]
+            by_partition = {item["partition"]: item for item in items}
+            if (
+                len(items) == PARTITIONS == len(by_partition)
+                and {item["worker"] for item in items} == expected
+                and not any(item["recovering"] or item["lag"] is None for item in items)
+            ):
+                return by_partition
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{asked.url} never listed every partition settled on {sorted(expected)}: {body}")
+
+
+def series(metrics_text: str, name: str) -> dict[int, float]:
+    """partition -> value of a per-partition metric."""
+    return {
+        int(partition): float(value)
+        for partition, value in re.findall(rf'^{name}\{{[^}}]*partition="(\d+)"[^}}]*\}} (\S+)$', metrics_text, re.M)
+    }
+
+
+async def assert_visible_as_before(session, topic: str, alive: list[WorkerProcess], before: dict[int, tuple]) -> None:
+    """Every worker lists every partition with its state as before, each partition's view
+    answers from its owner, and each owner's metrics carry the partition's series."""
+    listings = [await settled_listing(session, w, alive) for w in alive]
+    for listing in listings:
+        assert {p: state_of(item) for p, item in listing.items()} == before
+    owner_of = {p: item["worker"] for p, item in listings[0].items()}
+    for asked in alive:
+        for partition, owner in owner_of.items():
+            status, body = await http_json(session, "GET", f"{asked.url}/partitions/{topic}/{partition}/")
+            assert status == 200 and body["worker"] == owner and state_of(body) == before[partition]
+    for w in alive:
+        async with session.get(f"{w.url}/metrics") as response:
+            text = await response.text()
+        mine = {p for p, url in owner_of.items() if url == w.url}
+        assert series(text, "kdiv_records_validated_total") == {p: float(before[p][3]) for p in mine}
+        assert set(series(text, "kdiv_consumer_lag")) == mine
+        assert series(text, "kdiv_partition_recovering") == dict.fromkeys(mine, 0.0)
+
+
+async def test_every_partition_stays_visible_after_a_takeover_and_a_join(two_workers):
+    """No record is written after the first listing: the state must come from the tables."""
+    topic, _app_id, workers, _injected = two_workers
+    survivor, victim = workers
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        first = await settled_listing(session, survivor, workers)
+        before = {p: state_of(item) for p, item in first.items()}
+        assert sum(state[3] for state in before.values()) > 0
+
+        victim.sigkill()
+        await assert_visible_as_before(session, topic, [survivor], before)
+
+        victim.start()  # joins again with its data dir
+        await victim.wait_ready()
+        await assert_visible_as_before(session, topic, workers, before)
+
+
+async def test_a_forwarded_request_passes_the_owners_answer_through():
+    """An owner's 404 reaches the client as a 404 with the owner's message; only an owner
+    that does not answer at all is a 503."""
+
+    async def not_here(request):
+        return web.json_response({"error": "Not Found", "message": "t[1] is not here"}, status=404)
+
+    server_app = web.Application()
+    server_app.router.add_get("/partitions/t/1/", not_here)
+    async with TestServer(server_app) as server, aiohttp.ClientSession() as client:
+        views = Views.__new__(Views)
+        views.app = type("App", (), {"http_client": client})()
+        views._peer_headers = {}
+
+        asked = SimpleNamespace(path="/partitions/t/1/", query={}, url="/partitions/t/1/")
+        owner = server.make_url("/")
+        answer = await views.ask(owner, asked)
+        assert (answer.status, answer.body) == (404, {"error": "Not Found", "message": "t[1] is not here"})
+        await server.close()
+        gone = await views.ask(owner, asked)
+        assert (gone.status, gone.body) == (None, None)
