@@ -146,7 +146,7 @@ async def settled_listing(session, asked: WorkerProcess, owners: list[WorkerProc
             ):
                 return by_partition
         await asyncio.sleep(0.3)
-    raise AssertionError(f"{asked.url} never listed every partition settled on {sorted(expected)}: {body}")
+    raise AssertionError(f"{asked.url} never listed every partition settled on {sorted(map(str, expected))}: {body}")
 
 
 def series(metrics_text: str, name: str) -> dict[int, float]:
@@ -167,7 +167,8 @@ async def assert_visible_as_before(session, topic: str, alive: list[WorkerProces
     for asked in alive:
         for partition, owner in owner_of.items():
             status, body = await http_json(session, "GET", f"{asked.url}/partitions/{topic}/{partition}/")
-            assert status == 200 and body["worker"] == owner and state_of(body) == before[partition]
+            assert status == 200 and isinstance(body, dict), (partition, body)
+            assert body["worker"] == owner and state_of(body) == before[partition]
     for w in alive:
         async with session.get(f"{w.url}/metrics") as response:
             text = await response.text()
