@@ -76,6 +76,9 @@ class PartitionValidation:
     # Latest producer timestamp over the producer states saved at the previous checkpoint:
     # the data-relative anchor of maxAge expiry (Venice's calculateLatestMessageTimeInMs).
     checkpoint_anchor_ms: int = -1
+    # The broker's ID of the topic the offsets above count in (None: not known): a topic
+    # deleted and created again gets a new one, and its offsets start over.
+    topic_id: str | None = None
 
     @property
     def counts(self) -> dict[Verdict, int]:

@@ -56,6 +56,7 @@ _PARTITION_STATE = {
         # Verdict name -> count, for verdicts other than OK.
         {"name": "verdictCounts", "type": {"type": "map", "values": "long"}, "default": {}},
         {"name": "checkpointAnchorMs", "type": "long", "default": -1},
+        {"name": "topicId", "type": ["null", "string"], "default": None},
     ],
 }
 
@@ -210,6 +211,7 @@ def encode_partition(state: PartitionValidation) -> bytes:
             "records": state.records,
             "verdictCounts": {v.value: n for v, n in state.verdict_counts.items()},
             "checkpointAnchorMs": state.checkpoint_anchor_ms,
+            "topicId": state.topic_id,
         },
     )
 
@@ -227,4 +229,5 @@ def _partition_of(fields: dict) -> PartitionValidation:
         records=fields["records"],
         verdict_counts=counts,
         checkpoint_anchor_ms=fields["checkpointAnchorMs"],
+        topic_id=fields["topicId"],
     )

@@ -17,6 +17,7 @@ from typing import cast
 
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
+from kdiv.worker.live import Rewind
 
 NOT_FAULTS = frozenset({Verdict.OK, Verdict.UNTRACKED})
 NO_PRODUCER = "-"
@@ -128,6 +129,29 @@ def schema_incident(
         expected_subject=expected_subject,
         registered_subjects=registered,
         resolved_at_ms=resolved_at_ms,
+    )
+
+
+LOG_REWOUND = "LOG_REWOUND"
+
+
+def rewind_incident(rewind: Rewind, detected_at_ms: int) -> Incident:
+    """Validated records gone from a partition's log (`kdiv.worker.live.Rewind`); identified
+    by the first offset gone, so finding it again after a crash rewrites the same key."""
+    return Incident(
+        topic=rewind.topic,
+        partition=rewind.partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=rewind.first_offset,
+        verdict=LOG_REWOUND,
+        offset=rewind.first_offset,
+        severity="fatal" if rewind.in_push else "warning",
+        detail=f"offsets {rewind.first_offset}..{rewind.last_offset} were validated, and their records are "
+        f"gone from the log (found by {rewind.detected_by}): {rewind.detail}; records at those offsets "
+        f"are validated as new",
+        record_timestamp_ms=-1,
+        detected_at_ms=detected_at_ms,
     )
 
 

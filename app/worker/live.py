@@ -18,6 +18,11 @@ therefore leaves a prefix of the writes, and records after the last commit come 
 
 The second case re-runs validation in the partition's saved phase, so a unit never spans
 a push boundary: START_OF_PUSH and END_OF_PUSH open a new unit (`opens_unit`).
+
+The replay rule holds only while the offsets name the records validated there. When the
+log is rewound under them (a topic recreated, a truncation) the worker says so (`rewind`,
+`check_topic_id`): the range is reported once and forgotten as validated, so the records
+now at those offsets are judged as new.
 """
 
 from __future__ import annotations
@@ -55,6 +60,21 @@ class StateWrites:
     def in_order(self) -> list[tuple[bytes, bytes | None]]:
         """(key, value) pairs in the order the crash protocol needs: partition first, then producers."""
         return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
+
+
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    """Validated offsets of a partition whose records are no longer in its log: the log was
+    truncated (an unclean leader election, DeleteRecords) or the topic recreated, and new
+    records may take those offsets. From `first_offset` on they are validated as new."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int  # the last validated offset when the rewind was found
+    detected_by: str  # "topic id", "high watermark" or "content"
+    detail: str
+    in_push: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +116,8 @@ class LiveValidation:
         self._rewrite: set[tuple[str, int]] = set()
         self.load_errors: list[LoadError] = []
         self.replays_skipped = 0
+        # Found since the last `take_rewinds`, oldest first.
+        self._rewinds: list[Rewind] = []
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -162,6 +184,53 @@ class LiveValidation:
     def loaded(self) -> frozenset[tuple[str, int]]:
         """The partitions whose state is installed."""
         return frozenset(self._loaded)
+
+    # -- log rewinds --------------------------------------------------------------------------
+
+    def rewind(self, topic: str, partition: int, first_offset: int, detected_by: str, detail: str) -> Rewind | None:
+        """Forget that offsets from `first_offset` on were validated (their records are gone):
+        records there are validated as new, never skipped as replays. None when nothing
+        validated lies at or past `first_offset`."""
+        tp = (topic, partition)
+        part = self.validator.partitions.get(tp)
+        if part is None or first_offset > part.last_offset:
+            return None
+        found = Rewind(topic, partition, first_offset, part.last_offset, detected_by, detail, part.in_push)
+        part.last_offset = first_offset - 1
+        dirty = self._dirty.setdefault(tp, set())
+        dirty.add(b"")
+        tracker = part.tracker
+        for guid, state in list(tracker.segments.items()):
+            if as_segment(state).last_offset >= first_offset:
+                segment = cast(Segment, tracker.segment(guid))
+                segment.last_offset = first_offset - 1
+                dirty.add(guid)
+        self._rewinds.append(found)
+        return found
+
+    def check_topic_id(self, topic: str, partition: int, topic_id: str | None) -> Rewind | None:
+        """Compare a loaded partition's saved topic ID with the topic's ID now: another ID
+        is another log, and everything validated in the old one is gone from it."""
+        part = self.validator.partitions.get((topic, partition))
+        if part is None or topic_id is None or part.topic_id == topic_id:
+            return None
+        before, part.topic_id = part.topic_id, topic_id
+        self._dirty.setdefault((topic, partition), set()).add(b"")
+        if before is None:
+            return None  # first seen: saved with the next unit
+        return self.rewind(
+            topic,
+            partition,
+            0,
+            "topic id",
+            f"topic {topic} was deleted and created again (topic id {before}, now {topic_id}): "
+            f"the records validated at offsets 0..{part.last_offset} are not in the new log",
+        )
+
+    def take_rewinds(self) -> list[Rewind]:
+        """Rewinds found since the last call."""
+        found, self._rewinds = self._rewinds, []
+        return found
 
     # -- validation --------------------------------------------------------------------------
 

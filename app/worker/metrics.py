@@ -66,6 +66,11 @@ class WorkerCollector:
         for name, help_text, value in (
             ("kdiv_batches", "Batches validated", stats.batches),
             ("kdiv_incidents_sent", "Incidents written to the incidents topic", stats.incidents_sent),
+            (
+                "kdiv_log_rewinds",
+                "Partition logs found rewound under validated offsets (LOG_REWOUND)",
+                stats.log_rewinds,
+            ),
             ("kdiv_ledger_entries_sent", "Key ledger entries written (compacted topics)", stats.ledger_entries_sent),
             ("kdiv_state_writes", "Units of state written to the tables", stats.state_writes),
             (

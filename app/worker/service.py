@@ -35,6 +35,7 @@ from kdiv.div.validator import DataIntegrityValidator, TopicPolicy, ValidationRe
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
+from kdiv.kafka.topicids import topic_ids
 from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
@@ -50,12 +51,13 @@ from kdiv.worker.faustcompat.internals import (
     send_in_batches,
 )
 from kdiv.worker.faustcompat.tables import writing_in_partition
-from kdiv.worker.faustcompat.transport import broker_url
+from kdiv.worker.faustcompat.transport import broker_url, read_from_beginning
 from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
     RecentIncidents,
     incident_for,
+    rewind_incident,
     schema_incident,
 )
 from kdiv.worker.live import LiveValidation
@@ -76,6 +78,7 @@ class WorkerStats:
     batches: int = 0
     incidents_sent: int = 0
     ledger_entries_sent: int = 0
+    log_rewinds: int = 0
     state_writes: int = 0
     bad_incident_records: int = 0
     schema_checked_records: int = 0
@@ -172,7 +175,9 @@ class ValidationWorker:
         # Before the stream resumes (Faust awaits this), not at each partition's next
         # record: an idle partition's state, owner and lag are in the views and metrics
         # right after every rebalance, kept partitions included (all are revoked first).
-        self._load_assigned(only_partition_count=table.partitions)
+        count = next(n for n, t in self.tables.items() if t is table)
+        self._load_assigned(only_partition_count=count)
+        await self._check_topic_ids(count)
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
         ids = self.restore.first_offsets(changelog)
         for value in table.values():
@@ -288,16 +293,21 @@ class ValidationWorker:
                 )
             )
 
-    def lag(self, topic: str, partition: int) -> int | None:
-        """Records between the last validated one and the partition's high watermark."""
-        part = self.live.validator.partitions.get((topic, partition))
-        if part is None or self.app.consumer is None:
+    def _highwater(self, topic: str, partition: int) -> int | None:
+        """The partition's high watermark from the consumer's last fetch, None when unknown."""
+        if self.app.consumer is None:
             return None
         try:
             highwater = self.app.consumer.highwater(TP(topic, partition))
         except (KeyError, AttributeError):
             return None
-        if highwater is None or highwater < 0:
+        return None if highwater is None or highwater < 0 else highwater
+
+    def lag(self, topic: str, partition: int) -> int | None:
+        """Records between the last validated one and the partition's high watermark."""
+        part = self.live.validator.partitions.get((topic, partition))
+        highwater = self._highwater(topic, partition)
+        if part is None or highwater is None:
             return None
         return max(highwater - (part.last_offset + 1), 0)
 
@@ -350,6 +360,50 @@ class ValidationWorker:
                 )
             self.live.load_errors.clear()
 
+    # -- log rewinds --------------------------------------------------------------------------
+
+    async def _check_topic_ids(self, partition_count: int) -> None:
+        """Loaded partitions of a topic deleted and created again since their state was saved
+        are rewound, and read from the new log's beginning (their committed offsets count
+        records of the old one)."""
+        loaded = [(t, p) for t, p in self.assigned_partitions() if self.live.is_loaded(t, p)]
+        names = {t.name for t in self.cluster.topics if t.partitions == partition_count} & {t for t, _ in loaded}
+        if not names:
+            return
+        ids = await topic_ids(self.settings, names)
+        rewound = [
+            TP(topic, partition)
+            for topic, partition in loaded
+            if topic in ids and self.live.check_topic_id(topic, partition, ids[topic]) is not None
+        ]
+        if rewound and self.app.consumer is not None:
+            read_from_beginning(self.app.consumer, rewound)
+        self._note_rewinds()
+
+    def _check_high_watermarks(self) -> None:
+        """A partition whose log now ends below an offset already validated was truncated."""
+        for (topic, partition), part in list(self.live.validator.partitions.items()):
+            highwater = self._highwater(topic, partition)
+            if highwater is not None and highwater <= part.last_offset:
+                self.live.rewind(
+                    topic,
+                    partition,
+                    highwater,
+                    "high watermark",
+                    f"the log now ends at offset {highwater}, below offset {part.last_offset} validated",
+                )
+
+    def _note_rewinds(self) -> None:
+        """Rewinds found by `live` become incidents, written with their partitions' next unit."""
+        now = self.clock()
+        for rewind in self.live.take_rewinds():
+            key = (rewind.topic, rewind.partition)
+            incident = rewind_incident(rewind, now)
+            self._pending.setdefault(key, []).append(incident)
+            self._unflushed.add(key)
+            self.stats.log_rewinds += 1
+            log.error("%s at %s[%d]: %s", incident.verdict, rewind.topic, rewind.partition, incident.detail)
+
     # -- validation --------------------------------------------------------------------------
 
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
@@ -388,6 +442,7 @@ class ValidationWorker:
                 i += 1
             self._unflushed.add(key)
             self._unflushed_records += end
+        self._note_rewinds()
         return self._unflushed_records >= self.settings.batch_max
 
     def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
@@ -405,6 +460,8 @@ class ValidationWorker:
         if self._framed:
             framed, self._framed = self._framed, {}
             await self._judge_schemas(framed, self._pending)
+        self._check_high_watermarks()
+        self._note_rewinds()
         await self._write_units(sorted(self._unflushed | self._pending.keys()))
         await hand_over_table_writes(self.app)
         self._unflushed.clear()

@@ -33,7 +33,7 @@ The broker URL scheme selects the transport: ``kdiv://`` (any Kafka) or ``kdiv-t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import aclosing
 from typing import cast
 
@@ -62,6 +62,9 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     # after the last one that moved it. Only the consumer thread's loop changes them.
     _seeks = 0
     _moved: dict[TP, int]
+    # Source partitions the next seek moves to their beginning whatever their committed
+    # offset says: the log under that offset was rewound (`KdivConsumer.read_from_beginning`).
+    _from_beginning: set[TP]
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)
@@ -78,6 +81,10 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         changelogs = self.app.tables.changelog_topics
         partitions = sorted(consumer.assignment())
         committed = {tp: await consumer.committed(tp) for tp in partitions}
+        rewound = self.__dict__.setdefault("_from_beginning", set())
+        for tp in rewound & set(partitions):
+            committed[tp] = None
+        rewound.clear()
         unset = [tp for tp in partitions if not committed[tp] and tp.topic not in changelogs]
         beginnings = await consumer.beginning_offsets(unset) if unset else {}
         # No await from here on: a batch is taken from the fetcher wholly before or wholly
@@ -153,6 +160,12 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
             if flowing:
                 self.resume_flow()
 
+    def read_from_beginning(self, partitions: Iterable[TP]) -> None:
+        """Have the seek after this assignment move `partitions` to their beginning instead of
+        their committed offsets (which count records of a log that is gone)."""
+        thread = cast(KdivConsumerThread, self._thread)
+        thread.__dict__.setdefault("_from_beginning", set()).update(partitions)
+
     def _new_consumer_thread(self) -> KdivConsumerThread:
         return self.thread_class(self, loop=self.loop, beacon=self.beacon)
 
@@ -177,6 +190,11 @@ class TansuTransport(faust_aiokafka.Transport):
 
 drivers.TRANSPORTS.aliases[KAFKA_SCHEME] = f"{__name__}:KdivTransport"
 drivers.TRANSPORTS.aliases[TANSU_SCHEME] = f"{__name__}:TansuTransport"
+
+
+def read_from_beginning(consumer, partitions: Iterable[TP]) -> None:
+    """`KdivConsumer.read_from_beginning`, for Faust's app.consumer."""
+    cast(KdivConsumer, consumer).read_from_beginning(partitions)
 
 
 def broker_url(bootstrap: str, *, tansu: bool) -> str:

@@ -1,0 +1,74 @@
+"""Log rewinds: validated offsets whose records are gone are named once, then validated as new."""
+
+from __future__ import annotations
+
+from kdiv.div.faults import Verdict
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import Kind
+from kdiv.state.values import StateValues
+from kdiv.worker.incidents import LOG_REWOUND, rewind_incident
+from kdiv.worker.live import LiveValidation, Rewind
+from tests.harness.streams import NOW, Log
+
+
+def validated(log: Log, seqs: range) -> tuple[LiveValidation, list]:
+    """A live validation that has validated START_OF_SEGMENT and `seqs` of `log`, state saved."""
+    live = LiveValidation(DataIntegrityValidator(), StateValues(7))
+    live.load(log.topic, 0, [])
+    records = [log.control(Kind.START_OF_SEGMENT, 0, 0)] + [log.data(0, seq) for seq in seqs]
+    for record in records:
+        assert live.process(record, NOW).verdict is Verdict.OK
+    return live, records
+
+
+def restarted(live: LiveValidation, topic: str) -> LiveValidation:
+    """A new owner of the partition, loaded from what `live` wrote."""
+    writes = live.take_writes(topic, 0)
+    assert writes is not None
+    again = LiveValidation(DataIntegrityValidator(), StateValues(7))
+    again.load(topic, 0, [(k, v) for k, v in writes.in_order() if v is not None])
+    return again
+
+
+def test_a_recreated_topic_is_one_rewind_and_its_records_are_validated_as_new():
+    old = Log("orders")
+    live, _ = validated(old, range(1, 201))  # offsets 0..200
+    assert live.check_topic_id("orders", 0, "id-1") is None  # first seen: nothing to compare
+    assert live.take_rewinds() == []
+
+    live = restarted(live, "orders")  # the topic id is part of the saved state
+    assert live.check_topic_id("orders", 0, "id-1") is None
+    found = live.check_topic_id("orders", 0, "id-2")
+    assert found == live.take_rewinds()[0]
+    assert (found.first_offset, found.last_offset, found.detected_by) == (0, 200, "topic id")
+    assert "id-1" in found.detail and "id-2" in found.detail
+
+    # The producer goes on in the new log from offset 0: every record judged, all in order.
+    new = Log("orders")
+    results = [live.process(new.data(0, seq), NOW) for seq in range(201, 501)]
+    assert all(r is not None and r.verdict is Verdict.OK for r in results)
+    assert live.replays_skipped == 0
+    assert live.check_topic_id("orders", 0, "id-2") is None  # the new id stays
+
+
+def test_a_truncated_log_is_rewound_to_its_new_end():
+    log = Log("orders")
+    live, records = validated(log, range(1, 201))
+    found = live.rewind("orders", 0, 150, "high watermark", "the log now ends at offset 150")
+    assert found is not None and (found.first_offset, found.last_offset) == (150, 200)
+    assert live.rewind("orders", 0, 150, "high watermark", "again") is None  # nothing validated there now
+
+    # Below the new end: replays, skipped. From it: new records of the producer, in order.
+    assert live.process(records[100], NOW) is None
+    truncated = Log("orders")
+    truncated.next_offset[0] = 150
+    resent = [live.process(truncated.data(0, seq), NOW) for seq in range(201, 221)]
+    assert [r.verdict for r in resent if r is not None] == [Verdict.OK] * 20
+
+
+def test_a_rewind_inside_a_push_is_fatal_and_identified_by_its_first_offset():
+    rewind = Rewind("orders", 3, 0, 200, "topic id", "recreated", in_push=True)
+    incident = rewind_incident(rewind, NOW)
+    assert (incident.verdict, incident.severity, incident.offset) == (LOG_REWOUND, "fatal", 0)
+    assert incident.key == rewind_incident(rewind, NOW + 1).key
+    assert "offsets 0..200" in incident.detail
