@@ -17,7 +17,8 @@ def validated(log: Log, seqs: range) -> tuple[LiveValidation, list]:
     live.load(log.topic, 0, [])
     records = [log.control(Kind.START_OF_SEGMENT, 0, 0)] + [log.data(0, seq) for seq in seqs]
     for record in records:
-        assert live.process(record, NOW).verdict is Verdict.OK
+        result = live.process(record, NOW)
+        assert result is not None and result.verdict is Verdict.OK
     return live, records
 
 
