@@ -75,3 +75,4 @@ async def test_a_topic_recreated_while_the_worker_was_down_is_one_rewind(bootstr
         assert "offsets 0..200" in incidents[0].detail and "topic id" in incidents[0].detail
     finally:
         worker.terminate()
+
