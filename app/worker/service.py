@@ -170,14 +170,8 @@ class ValidationWorker:
     # -- the state's schemas -----------------------------------------------------------------
 
     async def after_restore(self, table: StateTable, changelog: str) -> None:
-        """Load the assigned partitions' state, end the restore listener, then check the
-        subject of every schema id the state holds."""
-        # Before the stream resumes (Faust awaits this), not at each partition's next
-        # record: an idle partition's state, owner and lag are in the views and metrics
-        # right after every rebalance, kept partitions included (all are revoked first).
-        count = next(n for n, t in self.tables.items() if t is table)
-        self._load_assigned(only_partition_count=count)
-        await self._check_topic_ids(count)
+        """End the restore listener, learn the writer schemas of the state, load the assigned
+        partitions' state, then check the subject of every schema id the state holds."""
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
         ids = self.restore.first_offsets(changelog)
         for value in table.values():
@@ -186,6 +180,13 @@ class ValidationWorker:
                 # Held by the local store, not re-read from the changelog this time.
                 ids[schema_id] = (-1, LOCAL_STORE)
         await self.state_check.learn_writer_schemas(ids)
+        # Loaded once the writer schemas of what was restored are known, and before the
+        # stream resumes (Faust awaits this), not at each partition's next record: an idle
+        # partition's state, owner and lag are in the views and metrics right after every
+        # rebalance, kept partitions included (all are revoked first).
+        count = next(n for n, t in self.tables.items() if t is table)
+        self._load_assigned(only_partition_count=count)
+        await self._check_topic_ids(count)
         await self._report_state_findings(await self.state_check.check(changelog, ids))
 
     async def watch_state_schemas(self, recheck_s: float) -> None:
