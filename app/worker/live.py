@@ -111,6 +111,8 @@ class LiveValidation:
         self.ledger_topics = ledger_topics
         self._ledger: dict[tuple[str, int], dict[bytes, bytes | None]] = {}
         self._loaded: set[tuple[str, int]] = set()
+        # Loaded partitions whose partition state came from the table (not started afresh).
+        self._saved: set[tuple[str, int]] = set()
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
         # Partitions whose every producer is written with the next unit (see `load_many`).
         self._rewrite: set[tuple[str, int]] = set()
@@ -163,6 +165,10 @@ class LiveValidation:
             part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
             self.validator.restore_partition(tp[0], tp[1], part, producers[tp])
             self._loaded.add(tp)
+            if tp in parts:
+                self._saved.add(tp)
+            else:
+                self._saved.discard(tp)
             # Written again with the first unit: a store kept on local disk may hold writes
             # whose changelog records a crash lost, and replays that are skipped would never
             # send them; the partition's next owner restores from the changelog.
@@ -175,10 +181,18 @@ class LiveValidation:
     def unload(self, topic: str, partition: int) -> None:
         """Forget a partition (revoked): its next owner reads it from the table."""
         self._loaded.discard((topic, partition))
+        self._saved.discard((topic, partition))
         self._dirty.pop((topic, partition), None)
         self._rewrite.discard((topic, partition))
         self._ledger.pop((topic, partition), None)
         self.validator.clear_partition(topic, partition)
+
+    def resume_offset(self, topic: str, partition: int) -> int | None:
+        """The first offset a loaded partition's saved state has not validated (0 after a
+        rewind); None when its state was not saved (nothing to resume from)."""
+        if (topic, partition) not in self._saved:
+            return None
+        return self.validator.partitions[(topic, partition)].last_offset + 1
 
     @property
     def loaded(self) -> frozenset[tuple[str, int]]:

@@ -33,9 +33,9 @@ from kdiv.config.settings import Settings
 from kdiv.div.record import FetchedRecord, consumed
 from kdiv.div.validator import DataIntegrityValidator, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
-from kdiv.kafka.discovery import ClusterView
+from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.kafka.tansu import enable_tansu_producer_ids
-from kdiv.kafka.topicids import topic_ids
+from kdiv.kafka.topicids import TopicIds
 from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
@@ -51,7 +51,7 @@ from kdiv.worker.faustcompat.internals import (
     send_in_batches,
 )
 from kdiv.worker.faustcompat.tables import writing_in_partition
-from kdiv.worker.faustcompat.transport import broker_url, read_from_beginning
+from kdiv.worker.faustcompat.transport import broker_url, cap_next_seek, restart_from_beginning
 from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
@@ -137,6 +137,7 @@ class ValidationWorker:
         # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
         self._watch: dict[tuple[str, int], set[bytes]] = {}
         self._framed: dict[tuple[str, int, str, int], list[int]] = {}
+        self.topic_ids = TopicIds(settings)
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -364,21 +365,57 @@ class ValidationWorker:
     # -- log rewinds --------------------------------------------------------------------------
 
     async def _check_topic_ids(self, partition_count: int) -> None:
-        """Loaded partitions of a topic deleted and created again since their state was saved
-        are rewound, and read from the new log's beginning (their committed offsets count
-        records of the old one)."""
-        loaded = [(t, p) for t, p in self.assigned_partitions() if self.live.is_loaded(t, p)]
-        names = {t.name for t in self.cluster.topics if t.partitions == partition_count} & {t for t, _ in loaded}
-        if not names:
-            return
-        ids = await topic_ids(self.settings, names)
-        rewound = [
-            TP(topic, partition)
-            for topic, partition in loaded
-            if topic in ids and self.live.check_topic_id(topic, partition, ids[topic]) is not None
+        """After an assignment: loaded partitions of a topic deleted and created again since
+        their state was saved are rewound. Every partition with saved state resumes at the
+        first offset it has not validated when its committed offset is past it (after a
+        rewind that offset counts records of the old log)."""
+        loaded = [
+            (t, p)
+            for t, p in self.assigned_partitions()
+            if self.live.is_loaded(t, p) and cast(WatchedTopic, self.cluster.topic(t)).partitions == partition_count
         ]
-        if rewound and self.app.consumer is not None:
-            read_from_beginning(self.app.consumer, rewound)
+        if not loaded:
+            return
+        ids = await self.topic_ids.current({t for t, _ in loaded})
+        for topic, partition in loaded:
+            if topic in ids:
+                self.live.check_topic_id(topic, partition, ids[topic])
+        caps = {}
+        for topic, partition in loaded:
+            resume = self.live.resume_offset(topic, partition)
+            if resume is not None:
+                caps[TP(topic, partition)] = resume
+        if caps and self.app.consumer is not None:
+            cap_next_seek(self.app.consumer, caps)
+        self._note_rewinds()
+
+    async def _check_recreated_topics(self) -> None:
+        """Before a flush: a partition whose topic was deleted and created again since its
+        state was saved may have been validated against the new log as if it went on from
+        the old one. Its unflushed work is dropped, its state loaded again as saved, the
+        rewind reported, and the partition read again from the new log's beginning."""
+        topics = {t for t, _ in self._unflushed}
+        if not topics:
+            return
+        ids = await self.topic_ids.current(topics)
+        restart = []
+        for topic, partition in sorted(self._unflushed):
+            part = self.live.validator.partitions.get((topic, partition))
+            now_id = ids.get(topic)
+            if part is None or now_id is None or part.topic_id in (None, now_id):
+                if part is not None and now_id is not None:
+                    self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
+                continue
+            key = (topic, partition)
+            self._pending.pop(key, None)
+            self._watch.pop(key, None)
+            self._framed = {k: v for k, v in self._framed.items() if (k[0], k[1]) != key}
+            self.live.unload(topic, partition)
+            self.live.load_many({key}, self._table_of_topic[topic].items())
+            self.live.check_topic_id(topic, partition, now_id)
+            restart.append(TP(topic, partition))
+        if restart and self.app.consumer is not None:
+            await restart_from_beginning(self.app.consumer, restart)
         self._note_rewinds()
 
     def _check_high_watermarks(self) -> None:
@@ -461,6 +498,7 @@ class ValidationWorker:
         if self._framed:
             framed, self._framed = self._framed, {}
             await self._judge_schemas(framed, self._pending)
+        await self._check_recreated_topics()
         self._check_high_watermarks()
         self._note_rewinds()
         await self._write_units(sorted(self._unflushed | self._pending.keys()))

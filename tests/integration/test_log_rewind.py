@@ -76,3 +76,34 @@ async def test_a_topic_recreated_while_the_worker_was_down_is_one_rewind(bootstr
     finally:
         worker.terminate()
 
+
+async def test_a_topic_recreated_under_a_running_worker_is_one_rewind(bootstrap, topic_factory, tmp_path):
+    """No rebalance tells the worker: its check before each commit does, and what it
+    validated of the new log as if the old one went on is dropped and read again."""
+    topic = topic_factory(1)
+    app_id = f"rewind-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess("w", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+    writer = DivWriter(AIOKafkaProducer(bootstrap_servers=bootstrap))
+    try:
+        worker.start()
+        await worker.wait_ready()
+        await send(bootstrap, writer, topic, 200)
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+
+        await recreate(bootstrap, topic)
+        await send(bootstrap, writer, topic, 300)
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
+        assert worker.alive, worker.log_tail()
+        incidents = [versions[-1] for versions in (await read_incidents(bootstrap, app_id)).values()]
+        assert [(i.verdict, i.offset) for i in incidents] == [("LOG_REWOUND", 0)], incidents
+
+        # And after a restart it goes on from what it saved: nothing again, nothing new.
+        worker.terminate()
+        await send(bootstrap, writer, topic, 10)
+        worker.start()
+        await worker.wait_ready()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+        again = [versions[-1] for versions in (await read_incidents(bootstrap, app_id)).values()]
+        assert [(i.verdict, i.offset) for i in again] == [("LOG_REWOUND", 0)], again
+    finally:
+        worker.terminate()

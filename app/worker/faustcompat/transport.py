@@ -33,7 +33,7 @@ The broker URL scheme selects the transport: ``kdiv://`` (any Kafka) or ``kdiv-t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import cast
 
@@ -62,9 +62,9 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     # after the last one that moved it. Only the consumer thread's loop changes them.
     _seeks = 0
     _moved: dict[TP, int]
-    # Source partitions the next seek moves to their beginning whatever their committed
-    # offset says: the log under that offset was rewound (`KdivConsumer.read_from_beginning`).
-    _from_beginning: set[TP]
+    # Per source partition, the highest offset the next seek may move it to: the first
+    # offset its saved state has not validated (`KdivConsumer.cap_next_seek`).
+    _caps: dict[TP, int]
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)
@@ -80,11 +80,12 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = self._ensure_consumer()
         changelogs = self.app.tables.changelog_topics
         partitions = sorted(consumer.assignment())
-        committed = {tp: await consumer.committed(tp) for tp in partitions}
-        rewound = self.__dict__.setdefault("_from_beginning", set())
-        for tp in rewound & set(partitions):
-            committed[tp] = None
-        rewound.clear()
+        committed: dict[TP, int | None] = {tp: await consumer.committed(tp) for tp in partitions}
+        caps = self.__dict__.setdefault("_caps", {})
+        for tp, cap in caps.items():
+            if tp in committed and (committed[tp] is None or cast(int, committed[tp]) > cap):
+                committed[tp] = cap  # 0: from the beginning
+        caps.clear()
         unset = [tp for tp in partitions if not committed[tp] and tp.topic not in changelogs]
         beginnings = await consumer.beginning_offsets(unset) if unset else {}
         # No await from here on: a batch is taken from the fetcher wholly before or wholly
@@ -97,7 +98,23 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             if offset is not None and tp in still_assigned:
                 consumer.seek(tp, offset)
                 moved[tp] = self._seeks
-        return committed
+        return {tp: offset for tp, offset in committed.items() if offset is not None}
+
+    async def restart_from_beginning(self, partitions: list[TP]) -> None:
+        """Move `partitions` to their beginning now, dropping what was fetched before."""
+        await self.call_thread(self._restart_from_beginning, partitions)
+
+    async def _restart_from_beginning(self, partitions: list[TP]) -> None:
+        consumer = self._ensure_consumer()
+        assigned = consumer.assignment()
+        beginnings = await consumer.beginning_offsets([tp for tp in partitions if tp in assigned])
+        # No await from here on, as in `_seek_to_committed`.
+        self._seeks += 1
+        moved = self.__dict__.setdefault("_moved", {})
+        for tp, offset in beginnings.items():
+            if tp in consumer.assignment():
+                consumer.seek(tp, offset)
+                moved[tp] = self._seeks
 
     async def _fetch_records(self, *args, **kwargs) -> _Fetched:
         records = _Fetched(await super()._fetch_records(*args, **kwargs))
@@ -160,11 +177,27 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
             if flowing:
                 self.resume_flow()
 
-    def read_from_beginning(self, partitions: Iterable[TP]) -> None:
-        """Have the seek after this assignment move `partitions` to their beginning instead of
-        their committed offsets (which count records of a log that is gone)."""
+    def cap_next_seek(self, caps: Mapping[TP, int]) -> None:
+        """Have the seek after this assignment move each partition to its committed offset
+        or its cap, whichever is lower: the cap is the first offset its saved state has not
+        validated (0, the beginning, after a rewind), and a committed offset past it counts
+        records that were never validated or belong to a log that is gone."""
         thread = cast(KdivConsumerThread, self._thread)
-        thread.__dict__.setdefault("_from_beginning", set()).update(partitions)
+        thread.__dict__.setdefault("_caps", {}).update(caps)
+
+    async def restart_from_beginning(self, partitions: list[TP]) -> None:
+        """Read `partitions` again from their beginning, now (their log was rewound): what
+        was fetched, processed or flushed before counts for nothing, and nothing is
+        committed for them until records after the restart are flushed."""
+        thread = cast(KdivConsumerThread, self._thread)
+        await thread.restart_from_beginning(partitions)
+        for tp in partitions:
+            self._read_offset[tp] = None
+            self._committed_offset[tp] = None
+            self._acked.pop(tp, None)
+            self._acked_index.pop(tp, None)
+            self._gap.pop(tp, None)
+        self.forget_batches(partitions)
 
     def _new_consumer_thread(self) -> KdivConsumerThread:
         return self.thread_class(self, loop=self.loop, beacon=self.beacon)
@@ -192,9 +225,14 @@ drivers.TRANSPORTS.aliases[KAFKA_SCHEME] = f"{__name__}:KdivTransport"
 drivers.TRANSPORTS.aliases[TANSU_SCHEME] = f"{__name__}:TansuTransport"
 
 
-def read_from_beginning(consumer, partitions: Iterable[TP]) -> None:
-    """`KdivConsumer.read_from_beginning`, for Faust's app.consumer."""
-    cast(KdivConsumer, consumer).read_from_beginning(partitions)
+def cap_next_seek(consumer, caps: Mapping[TP, int]) -> None:
+    """`KdivConsumer.cap_next_seek`, for Faust's app.consumer."""
+    cast(KdivConsumer, consumer).cap_next_seek(caps)
+
+
+async def restart_from_beginning(consumer, partitions: list[TP]) -> None:
+    """`KdivConsumer.restart_from_beginning`, for Faust's app.consumer."""
+    await cast(KdivConsumer, consumer).restart_from_beginning(partitions)
 
 
 def broker_url(bootstrap: str, *, tansu: bool) -> str:
