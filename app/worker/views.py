@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import NamedTuple
 
@@ -17,9 +18,12 @@ from aiohttp import ClientError, ClientTimeout, web
 from faust.web import Request, Response, View
 from yarl import URL
 
+from kdiv.div.faults import Verdict
 from kdiv.div.segment import SegmentStatus, as_segment
+from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
+from kdiv.worker.incidents import LOG_REWOUND
 from kdiv.worker.webauth import authorization_header, bearer_token_middleware
 
 log = logging.getLogger("kdiv.views")
@@ -104,6 +108,56 @@ def _int_param(request: Request, name: str, default: int | None, *, minimum: int
     return value
 
 
+# Every class an incident can have: the per-record faults, the subject check's, the rewinds.
+INCIDENT_CLASSES = tuple([v.value for v in Verdict if v.is_fault] + [SCHEMA_UNKNOWN, SUBJECT_MISMATCH, LOG_REWOUND])
+SEVERITIES = ("fatal", "warning")
+SCOPES = (LOCAL,)
+
+
+def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw not in choices:
+        raise BadRequest(f"query parameter {name}={raw!r} is not one of {', '.join(choices)}")
+    return raw
+
+
+def _time_param(request: Request, name: str) -> int | None:
+    """A time as ms since the epoch, given as such or as ISO 8601 (UTC unless it says)."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw.isdigit():
+        return int(raw)
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(f"query parameter {name}={raw!r} is neither ms since the epoch nor an ISO 8601 time") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def _is_hex_guid(raw: str) -> bool:
+    return len(raw) == 32 and all(c in "0123456789abcdefABCDEF" for c in raw)
+
+
+def iso_time(ms: int | None) -> str | None:
+    """ms since the epoch as ISO 8601 UTC, None for none (-1 or less: not known)."""
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def incident_json(incident) -> dict:
+    """An incident as the views show it: its fields, and its times also as ISO 8601 UTC."""
+    fields = incident.to_json()
+    fields["detected_at"] = iso_time(incident.detected_at_ms)
+    fields["record_time"] = iso_time(incident.record_timestamp_ms)
+    return fields
+
+
 class Views:
     """The read-only web views: local answers, and the other workers' asked for the rest."""
 
@@ -141,7 +195,7 @@ class Views:
 
     async def gather(self, request: Request, local: list[dict]) -> dict:
         """Local items plus every peer's, unless this is itself a peer's request."""
-        if request.query.get("scope") == LOCAL:
+        if _choice_param(request, "scope", SCOPES) == LOCAL:
             return {"items": local}
         answers = await asyncio.gather(*(self.ask(url, request) for url in self._peer_urls()))
         items = list(local)
@@ -209,15 +263,28 @@ class Views:
         limit = _int_param(request, "limit", 50, minimum=1, maximum=MAX_PAGE)
         offset = _int_param(request, "offset", 0)
         topic = request.query.get("topic")
-        verdict = request.query.get("class")
+        partition = _int_param(request, "partition", None)
+        verdict = _choice_param(request, "class", INCIDENT_CLASSES)
+        severity = _choice_param(request, "severity", SEVERITIES)
+        producer = request.query.get("producer")
+        if producer is not None and not _is_hex_guid(producer):
+            raise BadRequest(f"producer={producer!r} is not a producer GUID (32 hex digits)")
+        since = _time_param(request, "since")
+        until = _time_param(request, "until")
         matching = [
             i
             for i in self.worker.recent.newest_first()
-            if (topic is None or i.topic == topic) and (verdict is None or i.verdict == verdict)
+            if (topic is None or i.topic == topic)
+            and (partition is None or i.partition == partition)
+            and (verdict is None or i.verdict == verdict)
+            and (severity is None or i.severity == severity)
+            and (producer is None or i.producer == producer.lower())
+            and (since is None or i.detected_at_ms >= since)
+            and (until is None or i.detected_at_ms < until)
         ]
         page = matching[offset : offset + limit]
         return {
-            "items": [i.to_json() for i in page],
+            "items": [incident_json(i) for i in page],
             "total": len(matching),
             "offset": offset,
             "limit": limit,
@@ -283,6 +350,9 @@ def register_views(app, worker) -> Views:
     if worker.settings.web_token:
         # Inside json_errors: an unknown path or method is not revealed without the token.
         app.web.web_app.middlewares.append(bearer_token_middleware(worker.settings.web_token))
+    # /incidents -> /incidents/ (and the other list views): aiohttp redirects when only the
+    # path with the slash exists. Inside the token check, like every other path.
+    app.web.web_app.middlewares.append(web.normalize_path_middleware(append_slash=True, merge_slashes=True))
 
     @app.page("/producers/")
     class ProducersView(View):
@@ -306,7 +376,10 @@ def register_views(app, worker) -> Views:
     @app.page("/partitions/")
     class PartitionsView(View):
         async def get(self, request: Request) -> Response:
-            return self.json(await views.gather(request, views.partitions(request)))
+            try:
+                return self.json(await views.gather(request, views.partitions(request)))
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
 
     @app.page("/partitions/{topic}/{partition}/")
     class PartitionView(View):
@@ -350,5 +423,13 @@ def register_views(app, worker) -> Views:
     class MetricsView(View):
         async def get(self, request: Request) -> Response:
             return self.bytes(metrics.render(views.worker), content_type=metrics.CONTENT_TYPE)
+
+    # The two views without a slash, asked for with one.
+    for path in ("/metrics", "/health"):
+
+        async def without_slash(request, path=path):
+            raise web.HTTPPermanentRedirect(path + (f"?{request.query_string}" if request.query_string else ""))
+
+        app.web.web_app.router.add_get(path + "/", without_slash)
 
     return views

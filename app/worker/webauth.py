@@ -12,7 +12,7 @@ import hmac
 from aiohttp import web
 
 # Liveness/readiness probes and Prometheus scrapes; neither reveals record contents.
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/metrics", "/health/", "/metrics/"})  # the last two redirect
 
 
 def authorization_header(token: str) -> dict[str, str]:

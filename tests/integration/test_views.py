@@ -94,6 +94,28 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         page_of = lambda page: {(i["partition"], i["offset"], i["verdict"]) for i in page["items"]}  # noqa: E731
         assert len(second["items"]) == 2 and page_of(second).isdisjoint(page_of(first))
 
+        # Filters: by partition, class, producer, severity and time (ms or ISO 8601).
+        status, everything = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=1000")
+        all_items = everything["items"]
+        some = all_items[0]
+        for query, keep in (
+            (f"partition={some['partition']}", lambda i: i["partition"] == some["partition"]),
+            ("class=MISSING", lambda i: i["verdict"] == "MISSING"),
+            (f"producer={some['producer']}", lambda i: i["producer"] == some["producer"]),
+            ("severity=warning", lambda i: i["severity"] == "warning"),
+            (f"since={some['detected_at_ms']}", lambda i: i["detected_at_ms"] >= some["detected_at_ms"]),
+            (f"until={some['detected_at']}", lambda i: i["detected_at_ms"] < some["detected_at_ms"]),
+        ):
+            status, page = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=1000&{query}")
+            assert status == 200, (query, page)
+            assert page["items"] == [i for i in all_items if keep(i)], query
+        assert some["detected_at"].endswith("Z") and some["detected_at"][:2] == "20"
+
+        # The list views answer without their slash too, and the others with one, by redirect.
+        for asked, target in (("/incidents?limit=2", "/incidents/?limit=2"), ("/metrics/", "/metrics")):
+            async with session.get(workers[0].url + asked, allow_redirects=False) as response:
+                assert (response.status, response.headers["Location"]) == (308, target)
+
         # Health and metrics are per worker; together the metrics count every record.
         counted = 0
         for w in workers:
@@ -116,6 +138,14 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
             ("/incidents/?limit=0", 400),
             ("/partitions/unwatched/0/", 404),
             ("/partitions/x/y/", 400),
+            ("/incidents/?class=BOGUS", 400),
+            ("/incidents/?class=OK", 400),
+            ("/incidents/?severity=loud", 400),
+            ("/incidents/?producer=zz", 400),
+            ("/incidents/?since=yesterday", 400),
+            ("/incidents/?partition=-1", 400),
+            ("/partitions/?scope=bogus", 400),
+            ("/producers/?scope=bogus", 400),
         ):
             got, body = await http_json(session, "GET", workers[0].url + path)
             assert got == code, (path, body)
