@@ -7,6 +7,8 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
@@ -45,8 +47,24 @@ def main() -> None:
     """kdiv: prove a Kafka pipeline lost, duplicated and corrupted nothing, or name what it did."""
 
 
+@contextmanager
+def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
+    """A command's Kafka failures as one line naming what failed, not a traceback."""
+    from aiokafka.errors import KafkaError
+
+    try:
+        yield
+    except LookupError as missing:  # no such topic or partition
+        raise click.ClickException(str(missing).strip("'\"")) from None
+    except (KafkaError, OSError, TimeoutError) as failed:
+        text = str(failed) or type(failed).__name__
+        if not text.startswith(type(failed).__name__):
+            text = f"{type(failed).__name__}: {text}"
+        raise click.ClickException(f"Kafka at {bootstrap}: {text}") from None
+
+
 @main.command()
-@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@click.argument("source", type=click.File("rb"), default="-")
 @click.option(
     "--phase",
     type=click.Choice(["push", "stream"]),
@@ -83,10 +101,14 @@ def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | N
     verdicts: Counter[Verdict] = Counter()
     fatal = bad_lines = 0
     out = sys.stdout
-    for lineno, line in enumerate(source, 1):
-        if not line.strip():
+    for lineno, raw in enumerate(source, 1):
+        if not raw.strip():
             continue
         try:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise InputError(f"{name}:{lineno}: not UTF-8 (byte {bad.start + 1} of the line)") from None
             record = parse_record(line, name, lineno)
         except InputError as bad:
             click.echo(f"kdiv check: {bad}", err=True)
@@ -120,7 +142,8 @@ def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> Non
     """Write TOPIC, from its start to its end when the command starts, as JSON Lines for `kdiv check`."""
     from kdiv.offline.dump import dump_topic
 
-    count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None, security=kafka_security()))
+    with kafka_errors_as_messages(bootstrap):
+        count = asyncio.run(dump_topic(bootstrap, topic, output, partitions or None, security=kafka_security()))
     click.echo(f"kdiv dump: {count} records from {topic}", err=True)
 
 
@@ -153,11 +176,10 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
                 click.echo(result_to_line(result))
 
     try:
-        asyncio.run(run())
+        with kafka_errors_as_messages(bootstrap):
+            asyncio.run(run())
     except KeyboardInterrupt:
         pass
-    except LookupError as missing:
-        raise click.ClickException(str(missing)) from None
 
 
 @main.command()

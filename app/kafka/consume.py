@@ -41,7 +41,11 @@ async def _standalone_consumer(
 ) -> AsyncIterator[AIOKafkaConsumer]:
     """A started `standalone_consumer`, stopped on exit."""
     consumer = standalone_consumer(bootstrap, security=security, **options)
-    await consumer.start()
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()  # a failed start leaves its connections open
+        raise
     try:
         yield consumer
     finally:

@@ -127,3 +127,19 @@ async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_an
         (14, "CORRUPT", 14),  # the tampered value
         (15, "CORRUPT", 15),  # the final END_OF_SEGMENT: ADHASH lacks the lost and the tampered record
     ]
+
+
+def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
+    """No such topic, and no broker at the address: a message, exit 1, no traceback, no
+    unclosed consumer."""
+    cli = [sys.executable, "-m", "kdiv.cli"]
+    for args, says in (
+        (["dump", "kdiv-no-such-topic", "--bootstrap", bootstrap], "topic 'kdiv-no-such-topic' does not exist"),
+        (["validate", "kdiv-no-such-topic", "--bootstrap", bootstrap], "topic 'kdiv-no-such-topic' does not exist"),
+        (["dump", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
+        (["validate", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
+    ):
+        done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, (args, done.stderr)
+        assert f"Error: {says}" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, (args, done.stderr)

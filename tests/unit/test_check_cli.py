@@ -155,6 +155,18 @@ def test_bad_lines_are_named_with_line_number_and_the_rest_is_still_checked(tmp_
     assert f"{path}:4: value is not valid base64" in err
 
 
+def test_a_line_that_is_not_utf8_is_a_bad_line_and_the_rest_is_still_checked(tmp_path):
+    log, st = Log(), DivStamper(GUID_A)
+    good = [record_to_line(r).encode() for r in log.add_outgoing(st.data("t", 0, b"k", b"v", NOW))]
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good[0] + b"\n" + '{"topic": "caf\xe9"}'.encode("latin-1") + b"\n" + good[1] + b"\n")
+    code, out, err = run_check(path)
+    assert code == 2
+    assert [o["verdict"] for o in out] == ["OK", "OK"]
+    assert f"{path}:2: not UTF-8 (byte 15 of the line)" in err
+    assert "Traceback" not in err
+
+
 def test_malformed_header_is_a_fault_not_a_crash():
     line = json.dumps(
         {
