@@ -9,9 +9,11 @@ every worker from the incidents topic, so each serves them itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from datetime import UTC, datetime
 from http import HTTPStatus
+from importlib import resources
 from typing import NamedTuple
 
 from aiohttp import ClientError, ClientTimeout, web
@@ -412,6 +414,18 @@ def register_views(app, worker) -> Views:
                 return self.json(views.incidents(request))
             except BadRequest as bad:
                 return error(self, 400, str(bad))
+
+    dashboard = (
+        resources.files("kdiv.worker")
+        .joinpath("dashboard.html")
+        .read_text(encoding="utf-8")
+        .replace("__INCIDENT_CLASSES__", json.dumps(list(INCIDENT_CLASSES)))
+    )
+
+    @app.page("/ui/")
+    class DashboardView(View):
+        async def get(self, request: Request) -> Response:
+            return self.html(dashboard)
 
     @app.page("/health")
     class HealthView(View):

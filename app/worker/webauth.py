@@ -12,7 +12,9 @@ import hmac
 from aiohttp import web
 
 # Liveness/readiness probes and Prometheus scrapes; neither reveals record contents.
-OPEN_PATHS = frozenset({"/health", "/metrics", "/health/", "/metrics/"})  # the last two redirect
+# /health/ and /metrics/ only redirect; /ui/ is the dashboard page, which holds no data:
+# its requests for the views carry the token its user types in.
+OPEN_PATHS = frozenset({"/health", "/metrics", "/health/", "/metrics/", "/ui/"})
 
 
 def authorization_header(token: str) -> dict[str, str]:

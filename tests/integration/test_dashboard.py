@@ -1,0 +1,83 @@
+"""The dashboard page in a real headless browser (Debian's chromium), over a real worker."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+
+import aiohttp
+from playwright.async_api import async_playwright
+
+from tests.harness.broker import exact_end_offsets, produce_with_faults, wait_until_caught_up
+from tests.harness.http import http_json, wait_for_incidents_read
+from tests.harness.processes import WorkerProcess, free_port
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
+    return path
+
+
+async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(2)
+    app_id = f"ui-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess(
+        "ui", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, web_port=free_port()
+    )
+    try:
+        worker.start()
+        await worker.wait_ready()
+        stop = asyncio.Event()
+        producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=15))
+        await asyncio.sleep(2)
+        stop.set()
+        await producing
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            await wait_for_incidents_read(session, worker, await exact_end_offsets(bootstrap, f"{app_id}-incidents"))
+            _, incidents = await http_json(session, "GET", f"{worker.url}/incidents/?limit=200")
+            _, partitions = await http_json(session, "GET", f"{worker.url}/partitions/")
+        assert isinstance(incidents, dict) and isinstance(partitions, dict)
+        verdicts = sorted(i["verdict"] for i in incidents["items"])
+        assert "MISSING" in verdicts and len(set(verdicts)) >= 2
+
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+            try:
+                page = await browser.new_page()
+                errors: list[str] = []
+                page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+                page.on("pageerror", lambda error: errors.append(str(error)))
+                await page.goto(f"{worker.url}/ui/")
+                await page.wait_for_function("document.body.dataset.loaded")
+
+                # The faults, as the incidents view lists them; the partitions with their counts.
+                rows = page.locator("#incidents tbody tr")
+                shown = await rows.evaluate_all("rows => rows.map(r => r.dataset.verdict)")
+                assert sorted(shown) == verdicts
+                assert await page.locator("#health").inner_text() == "ready"
+                listed = await page.locator("#partitions tbody tr").evaluate_all(
+                    "rows => rows.map(r => [r.cells[1].textContent, r.cells[4].textContent])"
+                )
+                assert listed == [[str(p["partition"]), str(p["records"])] for p in partitions["items"]]
+
+                # A filter narrows the list to what the view gives for it.
+                await page.select_option("#filters select[name=class]", "MISSING")
+                await page.wait_for_function(
+                    "[...document.querySelectorAll('#incidents tbody tr')].every(r => r.dataset.verdict === 'MISSING')"
+                )
+                assert await rows.count() == verdicts.count("MISSING")
+                await page.fill("#filters input[name=partition]", "1")
+                await page.wait_for_function(
+                    "[...document.querySelectorAll('#incidents tbody tr')].every(r => r.cells[4].textContent === '1')"
+                )
+                expected = [i for i in incidents["items"] if i["verdict"] == "MISSING" and i["partition"] == 1]
+                assert await rows.count() == len(expected)
+                assert await page.locator("#problem").is_hidden()
+                assert errors == []
+            finally:
+                await browser.close()
+    finally:
+        worker.terminate()
