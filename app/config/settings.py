@@ -95,6 +95,9 @@ class Settings:
     schema_auto_repair: bool = False
     # How often open subject findings of the state are looked at again (a repair clears them).
     schema_recheck_s: float = 30.0
+    # Where the nightly reconciliation writes its runs (`kdiv reconcile --out`): the views
+    # serve the latest run's summary when set.
+    reconcile_reports: Path | None = None
 
     @property
     def incidents(self) -> str:
@@ -147,6 +150,7 @@ class Settings:
             schema_check_keys=env.bool("SCHEMA_CHECK_KEYS", False),
             schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
             schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
+            reconcile_reports=Path(env.str("RECONCILE_REPORTS", "")) if env.str("RECONCILE_REPORTS", "") else None,
         )
         if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
             raise SettingsError(

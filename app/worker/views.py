@@ -294,6 +294,23 @@ class Views:
             "read_to": [{"partition": p, "offset": o} for p, o in sorted(self.worker.incidents_read_to.items())],
         }
 
+    def last_reconciliation(self) -> tuple[int, dict]:
+        """The summary of the latest run under KDIV_RECONCILE_REPORTS (runs are directories
+        named by their snapshot time, so the greatest name is the latest). Not configured, or
+        no run yet, is an answer (available: false), not an error."""
+        reports = self.worker.settings.reconcile_reports
+        if reports is None:
+            return 200, {"available": False, "message": "KDIV_RECONCILE_REPORTS is not set on this worker"}
+        runs = sorted(p for p in reports.glob("*/summary.json") if p.is_file()) if reports.is_dir() else []
+        if not runs:
+            return 200, {"available": False, "message": f"no reconciliation run under {reports} yet"}
+        latest = runs[-1]
+        try:
+            summary = json.loads(latest.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as bad:
+            return 500, {"error": "Internal Server Error", "message": f"{latest}: {bad}"}
+        return 200, {"available": True, "run": latest.parent.name, "summary": summary}
+
     def health(self) -> tuple[int, dict]:
         """Ready, recovering or degraded, with the reasons."""
         recovery = self.worker.recovery_status()
@@ -426,6 +443,12 @@ def register_views(app, worker) -> Views:
     class DashboardView(View):
         async def get(self, request: Request) -> Response:
             return self.html(dashboard)
+
+    @app.page("/reconcile/")
+    class ReconcileView(View):
+        async def get(self, request: Request) -> Response:
+            status, body = views.last_reconciliation()
+            return self.json(body, status=status)
 
     @app.page("/health")
     class HealthView(View):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import uuid
 
@@ -23,8 +24,23 @@ def chromium() -> str:
 async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(bootstrap, topic_factory, tmp_path):
     topic = topic_factory(2)
     app_id = f"ui-{uuid.uuid4().hex[:8]}"
+    # Two runs of the nightly job as `kdiv reconcile --out` leaves them: the later one is shown.
+    reports = tmp_path / "reconcile-reports"
+    for run, status, counts in (
+        ("20261123T000000Z", "clean", {}),
+        ("20261124T000000Z", "discrepancies", {"LOST": 2, "DIVERGED": 1}),
+    ):
+        (reports / run).mkdir(parents=True)
+        summary = {"status": status, "finished_at_ms": 1795478400000, "duration_s": 12.5, "topics": [topic]}
+        (reports / run / "summary.json").write_text(json.dumps({**summary, "counts": counts}))
     worker = WorkerProcess(
-        "ui", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, web_port=free_port()
+        "ui",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=app_id,
+        workdir=tmp_path,
+        web_port=free_port(),
+        env={"KDIV_RECONCILE_REPORTS": str(reports)},
     )
     try:
         worker.start()
@@ -62,6 +78,12 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                     "rows => rows.map(r => [r.cells[1].textContent, r.cells[4].textContent])"
                 )
                 assert listed == [[str(p["partition"]), str(p["records"])] for p in partitions["items"]]
+                reconcile = await page.locator("#reconcile").inner_text()
+                assert reconcile.startswith("run 20261124T000000Z: discrepancies"), reconcile
+                counts = await page.locator("#reconcile-counts tbody tr").evaluate_all(
+                    "rows => rows.map(r => [r.cells[0].textContent, r.cells[1].textContent])"
+                )
+                assert sorted(counts) == [["DIVERGED", "1"], ["LOST", "2"]]
 
                 # A filter narrows the list to what the view gives for it.
                 await page.select_option("#filters select[name=class]", "MISSING")
