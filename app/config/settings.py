@@ -19,6 +19,10 @@ PHASES = ("stream", "push")
 STRATEGIES = ("topic", "record", "topic_record")
 
 
+# KDIV_SCHEMA_REGISTRY_URL=none: no registry (state framed with a local id, schemas unchecked).
+NO_REGISTRY = "none"
+
+
 @dataclass(frozen=True)
 class RegistrySettings:
     """How to reach the Schema Registry (KDIV_SCHEMA_REGISTRY_*)."""
@@ -30,10 +34,17 @@ class RegistrySettings:
     key: Path | None = None
     timeout_s: float = 5.0
 
+    @property
+    def configured(self) -> bool:
+        """False when the worker runs without a registry."""
+        return self.url != NO_REGISTRY
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RegistrySettings:
         env = EnvReader(environ)
         url = env.str("SCHEMA_REGISTRY_URL", cls.url)
+        if url.strip().lower() == NO_REGISTRY:
+            return cls(NO_REGISTRY)
         if not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
             raise SettingsError(
                 f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} is not an http(s):// URL (or a comma-separated list)"

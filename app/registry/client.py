@@ -91,18 +91,27 @@ class SubjectVersion:
 class SchemaRegistry:
     def __init__(self, settings: RegistrySettings) -> None:
         self.url = settings.url
-        self._client = AsyncSchemaRegistryClient(client_config(settings))
+        self.configured = settings.configured
+        # Without a registry every call raises RegistryUnavailable: schema checks say UNCHECKED.
+        self._client = AsyncSchemaRegistryClient(client_config(settings)) if settings.configured else None
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+
+    @property
+    def client(self) -> AsyncSchemaRegistryClient:
+        if self._client is None:
+            raise RegistryUnavailable("no schema registry (KDIV_SCHEMA_REGISTRY_URL=none)")
+        return self._client
 
     async def register(self, subject: str, schema_text: str) -> int:
         return await self._call(
-            f"register a schema under {subject}", self._client.register_schema(subject, Schema(schema_text, "AVRO"))
+            f"register a schema under {subject}", self.client.register_schema(subject, Schema(schema_text, "AVRO"))
         )
 
     async def schema_text(self, schema_id: int) -> str:
-        schema = await self._call(f"read schema id {schema_id}", self._client.get_schema(schema_id))
+        schema = await self._call(f"read schema id {schema_id}", self.client.get_schema(schema_id))
         if not isinstance(getattr(schema, "schema_str", None), str):
             raise RegistryUnavailable(f"{self.url}: schema id {schema_id} came back without its schema text")
         return schema.schema_str
@@ -110,7 +119,7 @@ class SchemaRegistry:
     async def versions_of(self, schema_id: int) -> list[SubjectVersion]:
         """Every (subject, version) the id is registered under (`GET /schemas/ids/{id}/versions`)."""
         found = await self._call(
-            f"read the subjects of schema id {schema_id}", self._client.get_schema_versions(schema_id)
+            f"read the subjects of schema id {schema_id}", self.client.get_schema_versions(schema_id)
         )
         pairs = [(getattr(item, "subject", None), getattr(item, "version", None)) for item in found or ()]
         if not all(isinstance(subject, str) and isinstance(version, int) for subject, version in pairs):
@@ -123,7 +132,7 @@ class SchemaRegistry:
         return await self.register(subject, await self.schema_text(schema_id))
 
     async def subjects(self) -> list[str]:
-        return await self._call("list subjects", self._client.get_subjects())
+        return await self._call("list subjects", self.client.get_subjects())
 
     async def _call(self, what: str, request):
         try:

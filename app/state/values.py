@@ -45,6 +45,12 @@ class StateValues:
         leaves the process (checks, tests, benchmarks)."""
         return cls(0)
 
+    def use(self, schema_id: int) -> None:
+        """Write with `schema_id` from now on (the id the registry gave the state schema)."""
+        self.schema_id = schema_id
+        self._writers[schema_id] = STATE_SCHEMA
+        self._packed_key_validation_prefix = None
+
     def knows(self, schema_id: int) -> bool:
         return schema_id in self._writers
 

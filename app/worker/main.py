@@ -1,8 +1,8 @@
 """The worker entry point: ``faust -A kdiv.worker.main worker`` (settings: ``KDIV_*``, see README).
 
 Importing this module reads the settings and the cluster (watched topics and their
-partition counts decide the state tables), registers the state schema under each table's
-changelog subject, then builds the Faust app.
+partition counts decide the state tables), then builds the Faust app, which registers the
+state schema under each table's changelog subject once it runs (`ValidationWorker`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ import os
 
 from kdiv.config.settings import Settings
 from kdiv.kafka.discovery import discover, run_in_own_loop
-from kdiv.registry.client import SchemaRegistry
-from kdiv.state.tables import state_changelogs
 from kdiv.worker.faustcompat import check_versions
 from kdiv.worker.service import build_app
-from kdiv.worker.statecheck import register_state_schema
 
 # CPython collects its youngest generation every 700 new container objects. The worker makes
 # millions a second (fetched records, their header lists and tuples), none in a cycle, and
@@ -27,18 +24,9 @@ from kdiv.worker.statecheck import register_state_schema
 COLLECTOR_THRESHOLDS = (50_000, 20, 100)
 
 
-async def _register(settings: Settings, changelogs: list[str]) -> int:
-    registry = SchemaRegistry(settings.registry)
-    try:
-        return await register_state_schema(registry, changelogs)
-    finally:
-        await registry.close()
-
-
 # Before anything else: kdiv corrects Faust internals only of the releases it was tested with.
 check_versions()
 gc.set_threshold(*COLLECTOR_THRESHOLDS)
 settings = Settings.from_env(os.environ)
 cluster = run_in_own_loop(discover(settings))
-state_schema_id = run_in_own_loop(_register(settings, state_changelogs(settings.app_id, cluster)))
-app, worker = build_app(settings, cluster, state_schema_id)
+app, worker = build_app(settings, cluster)

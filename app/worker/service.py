@@ -39,7 +39,7 @@ from kdiv.kafka.topicids import TopicIds
 from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
-from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, table_name
+from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
 from kdiv.state.values import StateValues
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
@@ -62,7 +62,13 @@ from kdiv.worker.incidents import (
 )
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
-from kdiv.worker.statecheck import LOCAL_STORE, StateFinding, StateSchemaCheck
+from kdiv.worker.statecheck import (
+    LOCAL_STATE_SCHEMA_ID,
+    LOCAL_STORE,
+    StateFinding,
+    StateSchemaCheck,
+    register_state_schema,
+)
 from kdiv.worker.views import register_views
 
 log = logging.getLogger("kdiv.worker")
@@ -89,14 +95,25 @@ class ValidationWorker:
     """The live validator inside the Faust app: validation, state writes, incidents, schema checks."""
 
     def __init__(
-        self, app: faust.App, settings: Settings, cluster: ClusterView, state_schema_id: int, clock=wall_clock_ms
+        self,
+        app: faust.App,
+        settings: Settings,
+        cluster: ClusterView,
+        state_schema_id: int | None = None,
+        clock=wall_clock_ms,
     ) -> None:
         self.app = app
         self.settings = settings
         self.cluster = cluster
         self.clock = clock
         lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
-        self.values = StateValues(state_schema_id)
+        # The state schema's id comes from the registry once the app runs (`register_state_schema`):
+        # until then state is neither loaded nor written, and /health says why.
+        self.values = StateValues(LOCAL_STATE_SCHEMA_ID if state_schema_id is None else state_schema_id)
+        self.state_schema_ready = asyncio.Event()
+        self._registering = asyncio.Lock()
+        if state_schema_id is not None:
+            self.state_schema_ready.set()
         self.live = LiveValidation(
             DataIntegrityValidator(
                 lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
@@ -170,9 +187,23 @@ class ValidationWorker:
 
     # -- the state's schemas -----------------------------------------------------------------
 
+    async def register_state_schema(self) -> None:
+        """Register the state schema under each changelog's subject (waiting out registry
+        outages, while the web views answer) and write state with its id from then on."""
+        async with self._registering:
+            if self.state_schema_ready.is_set():
+                return
+            changelogs = state_changelogs(self.settings.app_id, self.cluster)
+            self.values.use(await register_state_schema(self.lookups.registry, changelogs))
+            self.state_schema_ready.set()
+
     async def after_restore(self, table: StateTable, changelog: str) -> None:
-        """End the restore listener, learn the writer schemas of the state, load the assigned
-        partitions' state, then check the subject of every schema id the state holds."""
+        """Register the state schema (first time), end the restore listener, learn the writer
+        schemas of the state, load the assigned partitions' state, then check the subject of
+        every schema id the state holds."""
+        # Here, not at import: the worker and its web views run while the registry is down.
+        # Faust awaits this before the stream resumes, so nothing is written before.
+        await self.register_state_schema()
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
         ids = self.restore.first_offsets(changelog)
         for value in table.values():
@@ -595,9 +626,11 @@ class ValidationWorker:
         self.recent.add(record.key, incident)
 
 
-def build_app(settings: Settings, cluster: ClusterView, state_schema_id: int) -> tuple[faust.App, ValidationWorker]:
+def build_app(
+    settings: Settings, cluster: ClusterView, state_schema_id: int | None = None
+) -> tuple[faust.App, ValidationWorker]:
     """The Faust app; `state_schema_id`: the state schema's id under the changelog subjects
-    (`kdiv.worker.statecheck.register_state_schema`)."""
+    when known, else the app registers it when it starts."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     if cluster.tansu:
         # Faust's producers under exactly_once need producer ids, which aiokafka cannot get

@@ -89,6 +89,13 @@ class StateSchemaCheck:
         alarms."""
         for schema_id in sorted(set(schema_ids)):
             while not self.values.knows(schema_id):
+                if not self.lookups.registry.configured:
+                    log.error(
+                        "state written with schema id %d, which only a schema registry can give: "
+                        "those values are unreadable without one",
+                        schema_id,
+                    )
+                    break
                 try:
                     text = await self.lookups.schema_text(schema_id)
                 except RegistryUnavailable as down:
@@ -167,14 +174,21 @@ class StateSchemaCheck:
         return resolved
 
 
+# Without a registry the state is framed with id 0, which no registry hands out.
+LOCAL_STATE_SCHEMA_ID = 0
+
+
 async def register_state_schema(
     registry: SchemaRegistry, changelogs: list[str], *, retry_s: float = 2.0, sleep: Callable = asyncio.sleep
 ) -> int:
-    """Register the state schema under each changelog's subject, waiting out outages; the id.
+    """Register the state schema under each changelog's subject, waiting out outages; the id
+    (`LOCAL_STATE_SCHEMA_ID` without a registry).
 
     A registry hands out one id per schema, so every subject gets the same one; a registry
     that does otherwise cannot hold kdiv's state (RuntimeError names the subjects).
     """
+    if not registry.configured:
+        return LOCAL_STATE_SCHEMA_ID
     ids: dict[str, int] = {}
     for changelog in changelogs:
         subject = changelog_subject(changelog)

@@ -319,13 +319,22 @@ class Views:
         assigned = self.worker.assigned_partitions()
         # While tables recover, assigned partitions not yet loaded are still being restored;
         # their state loads when recovery completes (or with a record that comes first).
-        restoring = recovery["in_progress"]
+        restoring = recovery["in_progress"] or not self.worker.state_schema_ready.is_set()
         ready = [{"topic": t, "partition": p} for t, p in assigned if (t, p) in parts or not restoring]
         recovering = [{"topic": t, "partition": p} for t, p in assigned if (t, p) not in parts and restoring]
         # Degraded: serving, but its state is under a subject its readers do not look in.
         findings = [f.to_json() for f in self.worker.state_check.open.values()]
-        status = "recovering" if recovery["in_progress"] else "degraded" if findings else "ready"
         lookups = self.worker.lookups
+        waiting = not self.worker.state_schema_ready.is_set()
+        status = (
+            "waiting_for_registry"
+            if waiting
+            else "recovering"
+            if recovery["in_progress"]
+            else "degraded"
+            if findings
+            else "ready"
+        )
         body = {
             "status": status,
             "ready": ready,
@@ -335,7 +344,9 @@ class Views:
             "state_load_errors": self.worker.load_errors_seen,
             "state_schema_findings": findings,
             "schema_registry": {
-                "url": lookups.registry.url,
+                "configured": lookups.registry.configured,
+                "url": lookups.registry.url if lookups.registry.configured else None,
+                "state_schema_id": None if waiting else self.worker.values.schema_id,
                 "available": lookups.available,
                 "last_error": lookups.stats.last_error,
                 "unchecked_records": self.worker.stats.schema_unchecked_records,
@@ -343,7 +354,7 @@ class Views:
         }
         # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
         # faults, reported but not a reason to restart the worker.
-        return (503 if recovery["in_progress"] else 200), body
+        return (503 if recovery["in_progress"] or waiting else 200), body
 
 
 def register_views(app, worker) -> Views:
