@@ -108,9 +108,9 @@ def _image_tag(image: str) -> str | None:
 
 
 def _pinned(image: str) -> bool:
-    """An explicit version tag (digits, as in 4.1.0 or 3.11.14-slim), not `latest`."""
+    """An explicit version tag (digits, as in 4.1.0, v3.5.0 or 3.11.14-slim), not `latest`."""
     tag = _image_tag(image)
-    return tag is not None and tag != "latest" and re.match(r"\d+(\.\d+)+", tag) is not None
+    return tag is not None and tag != "latest" and re.match(r"v?\d+(\.\d+)+", tag) is not None
 
 
 def test_the_scan_finds_the_settings_the_code_reads():
@@ -131,6 +131,9 @@ def test_the_compose_file_parses_and_every_image_is_pinned_or_built_here(service
         "kdiv-worker-1",
         "kdiv-worker-2",
         "demo",
+        "prometheus",
+        "grafana",
+        "node-exporter",
     } <= services.keys()
     for name, service in services.items():
         if "build" in service:
