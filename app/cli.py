@@ -43,15 +43,27 @@ def kafka_security():
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kdiv")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of an expected failure too.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """kdiv: prove a Kafka pipeline lost, duplicated and corrupted nothing, or name what it did."""
+    ctx.obj = {"debug": debug}
+
+
+def _debugging() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and isinstance(ctx.find_root().obj, dict) and ctx.find_root().obj.get("debug"))
 
 
 @contextmanager
 def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
-    """A command's Kafka failures as one line naming what failed, not a traceback."""
+    """A command's Kafka failures as one line naming what failed, not a traceback (with
+    --debug, the traceback first)."""
     from aiokafka.errors import KafkaError
 
+    if _debugging():
+        yield
+        return
     try:
         yield
     except LookupError as missing:  # no such topic or partition

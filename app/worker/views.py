@@ -22,6 +22,7 @@ from yarl import URL
 
 from kdiv.div.faults import Verdict
 from kdiv.div.segment import SegmentStatus, as_segment
+from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
@@ -57,9 +58,10 @@ def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
         "seq": segment.sequence_number,
         "status": segment.status.name,
         "registered": segment.registered,
-        "checksum_type": int(segment.checksum_type),
+        "checksum_type": ChecksumType(segment.checksum_type).name,
         "last_offset": segment.last_offset,
         "last_producer_timestamp_ms": segment.last_producer_ts,
+        "last_producer_time": iso_time(segment.last_producer_ts),
     }
 
 

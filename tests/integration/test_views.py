@@ -70,7 +70,9 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         # Producers: the same from both workers; one producer's state in every partition.
         producers = [await http_json(session, "GET", f"{w.url}/producers/?topic={topic}") for w in workers]
         assert producers[0][1]["items"] == producers[1][1]["items"]
-        guid = producers[0][1]["items"][0]["producer"]
+        first = producers[0][1]["items"][0]
+        assert first["checksum_type"] in ("ADHASH", "NONE") and first["last_producer_time"].endswith("Z")
+        guid = first["producer"]
         status, one = await http_json(session, "GET", f"{workers[1].url}/producers/{guid}/")
         assert status == 200
         assert {item["producer"] for item in one["items"]} == {guid}

@@ -143,3 +143,7 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
         assert done.returncode == 1, (args, done.stderr)
         assert f"Error: {says}" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, (args, done.stderr)
+    debugged = subprocess.run(
+        [*cli, "--debug", "dump", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True
+    )
+    assert debugged.returncode == 1 and "Traceback" in debugged.stderr and "KafkaConnectionError" in debugged.stderr
