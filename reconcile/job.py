@@ -26,6 +26,8 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
+from aiokafka.errors import KafkaError
+
 from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
 from kdiv.registry.client import RegistryError, SchemaRegistry
@@ -113,6 +115,32 @@ def settings_from(args: argparse.Namespace, environ) -> Settings:
     return Settings.from_env(env)
 
 
+# Failures with a message that says it all: no traceback after it.
+EXPECTED_FAILURES = (SettingsError, RegistryError, LookupError, ValueError, OSError, TimeoutError, KafkaError)
+
+
+def error_text(failure: BaseException) -> str:
+    """ "Type: message", without the type twice (aiokafka's messages start with it)."""
+    name = type(failure).__name__
+    text = str(failure) or name
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
+def write_early_failure(args: argparse.Namespace, error: str) -> Path:
+    """The failure report of a run that ended before it had a Spark session (bad settings)."""
+    from kdiv.reconcile.prometheus import write_textfile
+    from kdiv.reconcile.report import write_failure_report
+
+    now_ms = int(time.time() * 1000)
+    out_dir = report_dir(args.out, now_ms)
+    summary = {"error": error, "finished_at_ms": now_ms, "duration_s": 0.0, "exit_code": EXIT_FAILED}
+    summary = write_failure_report(summary, out_dir).summary
+    write_textfile(summary, out_dir / PROM_FILE)
+    if args.textfile:
+        write_textfile(summary, args.textfile)
+    return out_dir
+
+
 def report_dir(out: Path, taken_at_ms: int) -> Path:
     return out / datetime.fromtimestamp(taken_at_ms / 1000, UTC).strftime("%Y-%m-%dT%H%M%SZ")
 
@@ -180,13 +208,13 @@ class Reconciliation:
             log.debug("reconciliation failed", exc_info=True)
             code = EXIT_FAILED
             summary.update(
-                error=f"{type(failure).__name__}: {failure}",
+                error=error_text(failure),
                 finished_at_ms=int(time.time() * 1000),
                 duration_s=round(time.time() - started, 3),
                 exit_code=code,
             )
             self.say(f"reconciliation failed: {summary['error']}", err=True)
-            if not isinstance(failure, (SettingsError, RegistryError, LookupError, ValueError, OSError)):
+            if not isinstance(failure, EXPECTED_FAILURES):
                 traceback.print_exc()
             out_dir = out_dir or report_dir(self.args.out, int(started * 1000))
             summary = write_failure_report(summary, out_dir).summary
@@ -349,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = settings_from(args, os.environ)
     except SettingsError as bad:
-        _say(f"bad settings: {bad}", err=True)
+        _say(f"reconciliation failed: bad settings: {bad}", err=True)
+        _say(f"failed: report in {write_early_failure(args, f'bad settings: {bad}')}", err=False)
         return EXIT_FAILED
     from pyspark import SparkConf
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -301,4 +302,27 @@ async def test_unreachable_broker_is_a_failure_report(spark, tmp_path):
     assert code == 2
     summary = json.loads((report / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"]
+    assert not re.match(r"(\w+): \1", summary["error"]), summary["error"]  # the type named once
     assert "kdiv_reconcile_status 2.0" in (report / "kdiv_reconcile.prom").read_text()
+
+
+def test_no_watched_topics_is_a_failure_report_without_a_traceback(tmp_path):
+    """Settings the job cannot run with still leave a report (and the gauges say failed)."""
+    out = tmp_path / "unset"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KDIV_")}
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("kdiv")), "reconcile", "--out", str(out), "--bootstrap", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    said = completed.stdout + completed.stderr  # spark-submit may hand the driver's stderr to stdout
+    assert "reconciliation failed: bad settings: no watched topics" in said
+    assert "Traceback" not in said
+    (report,) = out.iterdir()
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("bad settings: no watched topics")
+    assert "kdiv_reconcile_status 2.0" in (report / "kdiv_reconcile.prom").read_text()
+    assert "no watched topics" in (report / "report.html").read_text()
