@@ -162,7 +162,10 @@ def write_report(
         out_dir.mkdir(parents=True, exist_ok=True)
 
         discrepancies_dir = out_dir / DISCREPANCIES_DIR
-        _write_findings_parquet(findings, discrepancies_dir)
+        if class_counts:
+            _write_findings_parquet(findings, discrepancies_dir)
+        else:
+            _write_empty_findings_parquet(findings, discrepancies_dir)
         sequences_dir: Path | None = out_dir / SEQUENCES_DIR
         sequence_sample = None
         if sequences is not None:
@@ -221,6 +224,12 @@ def _write_findings_parquet(findings: DataFrame, path: Path) -> None:
         .partitionBy("topic", "class")
         .parquet(str(path))
     )
+
+
+def _write_empty_findings_parquet(findings: DataFrame, path: Path) -> None:
+    # No rows: partitionBy would leave only _SUCCESS, which no reader can take a schema from
+    # (Spark: UNABLE_TO_INFER_SCHEMA; pandas: no columns). One empty file keeps every column.
+    findings.limit(0).coalesce(1).write.mode("overwrite").parquet(str(path))
 
 
 def _write_sequences_parquet(sequences: DataFrame, path: Path) -> None:

@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import pyarrow.parquet
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import DataFrame, SparkSession
@@ -432,11 +433,14 @@ def test_clean_report_says_so_without_plots(
     assert "<svg" not in text
     assert "No findings, so nothing to plot." in text
     assert all(as_int(row["Findings"]) == 0 for row in table_dicts(page, "counts-by-class"))
-    # The earlier run's Parquet is gone: nothing in out_dir speaks of findings this run lacks.
+    # The earlier run's Parquet is gone: nothing in out_dir speaks of findings this run lacks,
+    # and what is there reads back, schema and all, with no schema given.
     assert files.discrepancies is not None
-    assert list(files.discrepancies.rglob("*.parquet")) == []
+    assert not [p for p in files.discrepancies.rglob("*") if p.is_dir()]  # no topic=/class= left
     assert files.sequences is None and not (out_dir / report.SEQUENCES_DIR).exists()
-    assert report_spark.read.schema(FINDINGS_SCHEMA).parquet(str(files.discrepancies)).count() == 0
+    read_back = report_spark.read.parquet(str(files.discrepancies))
+    assert read_back.count() == 0 and set(read_back.columns) == {f.name for f in FINDINGS_SCHEMA.fields}
+    assert set(pyarrow.parquet.read_table(str(files.discrepancies)).column_names) == set(read_back.columns)
 
 
 def test_every_class_has_a_meaning_and_a_colour() -> None:
