@@ -590,10 +590,13 @@ def _render_report(
     else:
         topics_found = sum(1 for per_class in by_topic.values() if any(per_class.values()))
         classes_found = sum(1 for n in counts.values() if n)
+        standing_for = sum(records.values())
+        # Topics here include the state changelogs a finding may be on, which the run table
+        # does not list among the watched topics: only those with findings are counted.
         body.append(
-            f"<p>{_int(total)} finding rows standing for {_int(sum(records.values()))} records, in "
-            f"{classes_found} class{'' if classes_found == 1 else 'es'} across {topics_found} of "
-            f"{len(by_topic)} topics.</p>"
+            f"<p>{_int(total)} finding row{'' if total == 1 else 's'} standing for {_int(standing_for)} "
+            f"record{'' if standing_for == 1 else 's'}, in {classes_found} class{'' if classes_found == 1 else 'es'} "
+            f"across {topics_found} topic{'' if topics_found == 1 else 's'}.</p>"
         )
 
     body += ["<h2>Run</h2>", _run_table(summary)]

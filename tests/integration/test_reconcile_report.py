@@ -569,3 +569,18 @@ def test_push_sends_the_gauges_to_the_gateway(written: report.ReportFiles) -> No
     assert got[("kdiv_reconcile_status", ())] == 1
     assert got[("kdiv_reconcile_discrepancies", (("class", LOST), ("topic", "orders")))] == 3
     assert got[("kdiv_reconcile_records_read", (("topic", "payments"),))] == 345
+
+
+def test_the_lead_sentence_counts_what_the_summary_counts(written: report.ReportFiles) -> None:
+    summary = json.loads(written.summary_json.read_text(encoding="utf-8"))
+    text = written.report_html.read_text(encoding="utf-8")
+    lead = re.search(
+        r"<p>([\d,]+) finding rows? standing for ([\d,]+) records?, in (\d+) class(?:es)? across (\d+) topics?\.</p>",
+        text,
+    )
+    assert lead is not None, text[:2000]
+    rows, records, classes, topics = (int(g.replace(",", "")) for g in lead.groups())
+    assert rows == sum(summary["counts"].values())
+    assert records == sum(summary["records"].values())
+    assert classes == sum(1 for n in summary["counts"].values() if n)
+    assert topics == sum(1 for per_class in summary["by_topic"].values() if any(per_class.values()))
