@@ -217,6 +217,19 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
     show_default=True,
     help="Replication of the topic if it is created (env KDIV_REPLICATION_FACTOR).",
 )
+@click.option("--writers", type=click.IntRange(min=1), default=3, show_default=True, help="Producers (GUIDs) at once.")
+@click.option(
+    "--restart-every",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds between producer restarts (each a new GUID; 0: never).",
+)
+@click.option(
+    "--compacted-topic",
+    default=None,
+    help="Also write this compacted topic (200 keys, updated over and over), e.g. kdiv-demo-compacted.",
+)
 def demo(
     bootstrap: str,
     topic: str,
@@ -225,6 +238,9 @@ def demo(
     fault_every: float,
     duration: float,
     replication_factor: int,
+    writers: int,
+    restart_every: float,
+    compacted_topic: str | None,
 ) -> None:
     """Write a stamped topic and inject every fault class on a schedule."""
     import logging
@@ -234,7 +250,19 @@ def demo(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         asyncio.run(
-            run_demo(bootstrap, topic, partitions, rate, fault_every, duration, kafka_security(), replication_factor)
+            run_demo(
+                bootstrap,
+                topic,
+                partitions,
+                rate,
+                fault_every,
+                duration,
+                kafka_security(),
+                replication_factor,
+                writers=writers,
+                restart_every_s=restart_every,
+                compacted_topic=compacted_topic,
+            )
         )
     except KeyboardInterrupt:
         pass

@@ -21,6 +21,7 @@ from aiokafka.errors import TopicAlreadyExistsError, for_code
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
+from kdiv.kafka.produce import new_producer
 from kdiv.writer import DivWriter
 
 log = logging.getLogger("kdiv.demo")
@@ -71,18 +72,22 @@ async def ensure_topic(
 class FaultyPipeline:
     """A DivWriter plus the means to break what it writes."""
 
-    def __init__(self, writer: DivWriter, topic: str) -> None:
+    def __init__(self, writer: DivWriter, topic: str, keys: int | None = None) -> None:
         self.writer = writer
         self.topic = topic
+        # None: a new key per record; else keys drawn from this many (a compacted topic's
+        # records update keys, and the latest per key is what compaction keeps).
+        self.keys = keys
         self.last_sent: OutgoingRecord | None = None
         self._counter = itertools.count()
 
     def _next(self, partition: int) -> list[OutgoingRecord]:
         n = next(self._counter)
+        key = b"key-%d" % (n if self.keys is None else random.randrange(self.keys))
         return self.writer.stamper.data(
             self.topic,
             partition,
-            b"key-%d" % n,
+            key,
             b"value-%d-" % n + random.randbytes(24),
             self.writer.clock_ms(),
         )
@@ -127,6 +132,10 @@ class FaultyPipeline:
             await self.healthy(partition)
             await self.writer.end_push(self.topic)
         elif fault == "data-after-end":
+            # In a segment of its own, started with its START_OF_SEGMENT: only a registered
+            # segment's END_OF_SEGMENT finalises a checksum that late data then contradicts
+            # (the open one may be an unregistered segment a fault left).
+            await self._put(self.writer.stamper.end_segment(self.topic, partition, False, self.writer.clock_ms()))
             await self.healthy(partition)
             (end,) = self.writer.stamper.end_segment(self.topic, partition, False, self.writer.clock_ms())
             await self._put([end])
@@ -161,24 +170,51 @@ async def run_demo(
     duration_s: float,
     security: KafkaSecurity = PLAINTEXT,
     replication_factor: int = 1,
+    writers: int = 3,
+    restart_every_s: float = 60.0,
+    compacted_topic: str | None = None,
 ) -> None:
+    """Write `topic` (and `compacted_topic`, a compacted one with a small key space, when
+    given) from `writers` producers at `rate` records/s in all, inject the next fault class
+    every `fault_every_s`, and restart one producer every `restart_every_s` (0: never): a
+    restarted producer is a new GUID, as a service instance restarting is."""
     await ensure_topic(bootstrap, topic, partitions, security, replication_factor)
-    writer = await DivWriter.start(bootstrap, security=security, max_records_per_segment=500)
-    pipeline = FaultyPipeline(writer, topic)
+    if compacted_topic:
+        config = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+        await ensure_topic(bootstrap, compacted_topic, partitions, security, replication_factor, config)
+    producer = new_producer(bootstrap, security=security)
+    await producer.start()
+
+    def pipeline(target: str, keys: int | None = None) -> FaultyPipeline:
+        return FaultyPipeline(DivWriter(producer, max_records_per_segment=500), target, keys)
+
+    pipelines = [pipeline(topic) for _ in range(max(writers, 1))]
+    compacted = pipeline(compacted_topic, keys=200) if compacted_topic else None
     loop = asyncio.get_running_loop()
     started = loop.time()
     next_fault = started + fault_every_s
+    next_restart = started + restart_every_s if restart_every_s else float("inf")
     faults = itertools.cycle(FAULTS)
     try:
         for n in itertools.count():
             now = loop.time()
             if duration_s and now - started >= duration_s:
                 break
+            if now >= next_restart:
+                victim = random.randrange(len(pipelines))
+                await pipelines[victim].writer.close()  # END_OF_SEGMENTs: a clean stop
+                pipelines[victim] = pipeline(topic)
+                log.warning("restarted writer %d: new producer %s", victim, pipelines[victim].writer.guid.hex())
+                next_restart = now + restart_every_s
             if now >= next_fault:
-                await pipeline.inject(next(faults), random.randrange(partitions))
+                await random.choice(pipelines).inject(next(faults), random.randrange(partitions))
                 next_fault = now + fault_every_s
             else:
-                await pipeline.healthy(n % partitions)
+                await pipelines[n % len(pipelines)].healthy(n % partitions)
+                if compacted is not None and n % 4 == 0:
+                    await compacted.healthy(n % partitions)
             await asyncio.sleep(1 / rate)
     finally:
-        await writer.close()
+        for p in [*pipelines, *([compacted] if compacted else [])]:
+            await p.writer.close()
+        await producer.stop()

@@ -5,13 +5,26 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
+from kdiv.config.settings import Settings
 from kdiv.dev.demo import FAULTS, FaultyPipeline, run_demo
 from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import readable_div_header
 from kdiv.kafka.consume import read_snapshot
+from kdiv.kafka.discovery import discover
 from kdiv.writer import DivWriter
 
 pytestmark = pytest.mark.broker
+
+
+async def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
 
 
 async def faults_in(bootstrap: str, topic: str):
@@ -58,9 +71,38 @@ async def test_each_injected_fault_shows_its_verdict(bootstrap, topic_factory, f
 
 async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
     topic = topic_factory(2)
-    await run_demo(bootstrap, topic, 2, rate=400, fault_every_s=0.15, duration_s=len(FAULTS) * 0.15 + 0.6)
-    validator = DataIntegrityValidator()
-    seen = Counter([validator.validate(r, 0).verdict.value async for r in read_snapshot(bootstrap, topic)])
+    compacted = f"{topic}-compacted"
+    await run_demo(
+        bootstrap,
+        topic,
+        2,
+        rate=400,
+        fault_every_s=0.15,
+        duration_s=len(FAULTS) * 0.15 + 0.6,
+        writers=3,
+        restart_every_s=0.5,
+        compacted_topic=compacted,
+    )
+    try:
+        validator = DataIntegrityValidator()
+        records = [r async for r in read_snapshot(bootstrap, topic)]
+        seen = Counter([validator.validate(r, 0).verdict.value for r in records])
+        # Three producers at once, and restarts: each a new GUID.
+        guids = {h.guid for r in records if (h := readable_div_header(r.headers)) is not None}
+        assert len(guids) >= 4
+
+        # The compacted topic: compacted by its config, a small key space updated over and over,
+        # every record validating clean.
+        kept = [r async for r in read_snapshot(bootstrap, compacted)]
+        assert len(kept) > len({r.key for r in kept}) and len({r.key for r in kept if r.value}) <= 200
+        checker = DataIntegrityValidator()
+        assert {checker.validate(r, 0).verdict.value for r in kept} == {"OK"}
+        # As a worker watching it sees it: compacted, so its key ledger is kept.
+        settings = Settings.from_env({"KDIV_BOOTSTRAP": bootstrap, "KDIV_TOPICS": compacted})
+        cluster = await discover(settings, wait_s=0, create_own=False)
+        assert [t.compaction_lag_ms for t in cluster.topics] == [60_000]
+    finally:
+        await delete_topic(bootstrap, compacted)
     # Every verdict a validator can give shows up in one pass of the schedule.
     assert set(seen) == {
         "OK",
