@@ -212,7 +212,7 @@ async def run_demo(
             else:
                 await pipelines[n % len(pipelines)].healthy(n % partitions)
                 if compacted is not None and n % 4 == 0:
-                    await compacted.healthy(n % partitions)
+                    await compacted.healthy((n // 4) % partitions)
             await asyncio.sleep(1 / rate)
     finally:
         for p in [*pipelines, *([compacted] if compacted else [])]:

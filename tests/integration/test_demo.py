@@ -95,6 +95,7 @@ async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
         # every record validating clean.
         kept = [r async for r in read_snapshot(bootstrap, compacted)]
         assert len(kept) > len({r.key for r in kept}) and len({r.key for r in kept if r.value}) <= 200
+        assert {r.partition for r in kept} == {0, 1}
         checker = DataIntegrityValidator()
         assert {checker.validate(r, 0).verdict.value for r in kept} == {"OK"}
         # As a worker watching it sees it: compacted, so its key ledger is kept.
