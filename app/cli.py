@@ -230,6 +230,15 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
     default=None,
     help="Also write this compacted topic (200 keys, updated over and over), e.g. kdiv-demo-compacted.",
 )
+@click.option(
+    "--at-rest-every",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds between at-rest faults on the compacted topic (LOST, DIVERGED, UNVALIDATED for the "
+    "nightly reconciliation; they alter the key ledger of worker --app-id). 0: none.",
+)
+@click.option("--app-id", envvar="KDIV_APP_ID", default="kdiv", show_default=True, help="The worker's app id.")
 def demo(
     bootstrap: str,
     topic: str,
@@ -241,6 +250,8 @@ def demo(
     writers: int,
     restart_every: float,
     compacted_topic: str | None,
+    at_rest_every: float,
+    app_id: str,
 ) -> None:
     """Write a stamped topic and inject every fault class on a schedule."""
     import logging
@@ -262,6 +273,8 @@ def demo(
                 writers=writers,
                 restart_every_s=restart_every,
                 compacted_topic=compacted_topic,
+                at_rest_every_s=at_rest_every,
+                app_id=app_id,
             )
         )
     except KeyboardInterrupt:

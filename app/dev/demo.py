@@ -15,13 +15,17 @@ import itertools
 import logging
 import random
 
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.div.ledger import PACKED_SIZE, KeyValidation, at_rest_crc, ledger_key, pack_key_validation
 from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
+from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.produce import new_producer
+from kdiv.state.tables import ledger_changelog_topic_name
 from kdiv.writer import DivWriter
 
 log = logging.getLogger("kdiv.demo")
@@ -161,6 +165,97 @@ class FaultyPipeline:
         log.warning("injected %s on %s/%d", fault, self.topic, partition)
 
 
+AT_REST_FAULTS = ("LOST", "DIVERGED", "UNVALIDATED")
+
+
+class AtRestFaults:
+    """Findings for the nightly reconciliation on the compacted topic: the worker's key ledger
+    made to disagree with the topic at rest, as a store restored wrongly or a log rewritten
+    under the validator would. (The embedded broker never compacts, so the topic itself
+    cannot lose a record at rest.) Each fault uses a key of its own, written once, so the
+    worker's later entries never overwrite it."""
+
+    def __init__(
+        self, bootstrap: str, pipeline: FaultyPipeline, app_id: str, partitions: int, security: KafkaSecurity
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.pipeline = pipeline
+        self.app_id = app_id
+        self.security = security
+        self.ledger_topic = ledger_changelog_topic_name(app_id, partitions)
+        self._prefix: bytes | None = None
+        self._counter = itertools.count()
+
+    async def inject(self, finding: str, partition: int, wait_s: float = 60.0) -> bool:
+        """Make `finding` for one key of `partition`; False when the worker has written no
+        ledger entry yet (nothing to imitate) or did not validate the key's record in time."""
+        topic = self.pipeline.topic
+        producer = self.pipeline.writer.producer
+        prefix = await self._ledger_prefix()
+        if prefix is None:
+            return False
+        n = next(self._counter)
+        if finding == "LOST":
+            # An entry for a key the topic never had: the record it names is gone.
+            key = b"at-rest-lost-%d" % n
+            entry = KeyValidation(0, self.pipeline.writer.clock_ms(), at_rest_crc(key, b"gone"), False)
+            value: bytes | None = prefix + pack_key_validation(entry)
+        else:
+            key, value_bytes = b"at-rest-%s-%d" % (finding.lower().encode(), n), b"kept at rest"
+            stamped = self.pipeline.writer.stamper.data(
+                topic, partition, key, value_bytes, self.pipeline.writer.clock_ms()
+            )
+            sent = None
+            for r in stamped:
+                sent = await producer.send_and_wait(
+                    r.topic, r.value, r.key, partition=r.partition, headers=list(r.headers)
+                )
+            assert sent is not None
+            if not await self._validated(partition, sent.offset, wait_s):
+                return False
+            header = decode(dict(stamped[-1].headers)[HEADER_NAME])
+            crc = at_rest_crc(key, value_bytes)
+            if finding == "DIVERGED":  # the ledger's bytes at that offset differ from the topic's
+                entry = KeyValidation(
+                    sent.offset, sent.timestamp, crc ^ 0xFFFFFFFF, False, header.guid, header.segment, header.seq
+                )
+                value = prefix + pack_key_validation(entry)
+            else:  # UNVALIDATED: the ledger lost the entry of a record below the validated offset
+                value = None
+        await producer.send_and_wait(self.ledger_topic, value, ledger_key(topic, partition, key), partition=partition)
+        log.warning("injected at-rest %s on %s/%d (key %s)", finding, topic, partition, key.decode())
+        return True
+
+    async def _ledger_prefix(self) -> bytes | None:
+        """The framing (magic byte, schema id, union branch) of the worker's ledger values."""
+        if self._prefix is not None:
+            return self._prefix
+        try:
+            async for record in read_snapshot(self.bootstrap, self.ledger_topic, security=self.security):
+                if record.value is not None and len(record.value) == 6 + PACKED_SIZE:
+                    self._prefix = record.value[:6]
+                    return self._prefix
+        except LookupError:
+            return None  # the worker has not made its ledger topic yet
+        return None
+
+    async def _validated(self, partition: int, offset: int, wait_s: float) -> bool:
+        """True once the worker's group has committed past `offset` of the partition."""
+        admin = admin_client(self.bootstrap, self.security)
+        await admin.start()
+        try:
+            tp = TopicPartition(self.pipeline.topic, partition)
+            deadline = asyncio.get_running_loop().time() + wait_s
+            while asyncio.get_running_loop().time() < deadline:
+                committed = await admin.list_consumer_group_offsets(self.app_id, partitions=[tp])
+                if tp in committed and committed[tp].offset > offset:
+                    return True
+                await asyncio.sleep(0.5)
+            return False
+        finally:
+            await admin.close()
+
+
 async def run_demo(
     bootstrap: str,
     topic: str,
@@ -173,11 +268,15 @@ async def run_demo(
     writers: int = 3,
     restart_every_s: float = 60.0,
     compacted_topic: str | None = None,
+    at_rest_every_s: float = 0.0,
+    app_id: str = "kdiv",
 ) -> None:
     """Write `topic` (and `compacted_topic`, a compacted one with a small key space, when
     given) from `writers` producers at `rate` records/s in all, inject the next fault class
     every `fault_every_s`, and restart one producer every `restart_every_s` (0: never): a
-    restarted producer is a new GUID, as a service instance restarting is."""
+    restarted producer is a new GUID, as a service instance restarting is. With a compacted
+    topic and `at_rest_every_s`, the next at-rest finding (`AtRestFaults`) of worker `app_id`
+    is made that often, in the background."""
     await ensure_topic(bootstrap, topic, partitions, security, replication_factor)
     if compacted_topic:
         config = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
@@ -190,8 +289,14 @@ async def run_demo(
 
     pipelines = [pipeline(topic) for _ in range(max(writers, 1))]
     compacted = pipeline(compacted_topic, keys=200) if compacted_topic else None
+    at_rest = (
+        AtRestFaults(bootstrap, compacted, app_id, partitions, security) if compacted and at_rest_every_s else None
+    )
+    findings = itertools.cycle(AT_REST_FAULTS)
+    background: set[asyncio.Task] = set()
     loop = asyncio.get_running_loop()
     started = loop.time()
+    next_at_rest = started + at_rest_every_s if at_rest else float("inf")
     next_fault = started + fault_every_s
     next_restart = started + restart_every_s if restart_every_s else float("inf")
     faults = itertools.cycle(FAULTS)
@@ -206,6 +311,11 @@ async def run_demo(
                 pipelines[victim] = pipeline(topic)
                 log.warning("restarted writer %d: new producer %s", victim, pipelines[victim].writer.guid.hex())
                 next_restart = now + restart_every_s
+            if at_rest is not None and now >= next_at_rest:
+                task = asyncio.create_task(at_rest.inject(next(findings), random.randrange(partitions)))
+                background.add(task)
+                task.add_done_callback(background.discard)
+                next_at_rest = now + at_rest_every_s
             if now >= next_fault:
                 await random.choice(pipelines).inject(next(faults), random.randrange(partitions))
                 next_fault = now + fault_every_s
@@ -215,6 +325,8 @@ async def run_demo(
                     await compacted.healthy((n // 4) % partitions)
             await asyncio.sleep(1 / rate)
     finally:
+        for task in list(background):
+            task.cancel()
         for p in [*pipelines, *([compacted] if compacted else [])]:
             await p.writer.close()
         await producer.stop()

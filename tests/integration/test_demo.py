@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from kdiv.config.security import PLAINTEXT
 from kdiv.config.settings import Settings
-from kdiv.dev.demo import FAULTS, FaultyPipeline, run_demo
+from kdiv.dev.demo import AT_REST_FAULTS, FAULTS, AtRestFaults, FaultyPipeline, ensure_topic, run_demo
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import readable_div_header
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.discovery import discover
 from kdiv.writer import DivWriter
+from tests.harness.broker import wait_until_caught_up
+from tests.harness.processes import WorkerProcess
+from tests.integration.test_reconcile_job import found_in, reconcile_in_process
 
 pytestmark = pytest.mark.broker
 
@@ -115,3 +120,37 @@ async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
         "MALFORMED",
         "UNTRACKED",
     }
+
+
+async def test_at_rest_faults_are_what_the_nightly_reconciliation_finds(bootstrap, registry_url, spark, tmp_path):
+    """A worker validates the demo's compacted topic; the demo alters its key ledger at rest;
+    the reconciliation finds exactly one LOST, one DIVERGED and one UNVALIDATED."""
+    app_id = f"atrest-{uuid.uuid4().hex[:8]}"
+    topic = f"kdiv-demo-at-rest-{app_id}"  # created compacted here (topic_factory's are not)
+    await ensure_topic(bootstrap, topic, 2, config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"})
+    worker = WorkerProcess("atrest", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+    writer = await DivWriter.start(bootstrap)
+    try:
+        worker.start()
+        await worker.wait_ready()
+        pipeline = FaultyPipeline(writer, topic, keys=20)
+        for n in range(200):
+            await pipeline.healthy(n % 2)
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+        at_rest = AtRestFaults(bootstrap, pipeline, app_id, 2, PLAINTEXT)
+        for finding in AT_REST_FAULTS:
+            assert await at_rest.inject(finding, 1, wait_s=30), finding
+        await writer.close()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+        code, report, lines = reconcile_in_process(spark, bootstrap, registry_url, app_id, [topic], tmp_path / "out")
+    finally:
+        worker.terminate()
+        await writer.close()
+        await delete_topic(bootstrap, topic)
+    assert code == 1, lines
+    found = sorted((c, t, p, k) for c, t, p, _offset, k in found_in(spark, report))
+    assert found == [
+        ("DIVERGED", topic, 1, b"at-rest-diverged-1"),
+        ("LOST", topic, 1, b"at-rest-lost-0"),
+        ("UNVALIDATED", topic, 1, b"at-rest-unvalidated-2"),
+    ]
