@@ -24,7 +24,7 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -862,24 +862,38 @@ def _plot_by_partition(partition_counts: list[tuple[str, int, str, int]], classe
 
 
 def _plot_timeline(timeline: _Timeline, classes: Sequence[str]) -> str:
+    with matplotlib.rc_context(_PLOT_RC):  # type: ignore[arg-type]  # the stubs want literal rc keys
+        return _svg(_timeline_figure(timeline, classes), "over-time")
+
+
+def _timeline_figure(timeline: _Timeline, classes: Sequence[str]) -> Figure:
     width = timeline.bin_width_ms
     bins = list(range(timeline.first_bin_ms, timeline.last_bin_ms + 1, width))
     moments = [datetime.fromtimestamp(b / 1000, UTC) for b in bins]
     with matplotlib.rc_context(_PLOT_RC):  # type: ignore[arg-type]  # the stubs want literal rc keys
         figure = Figure(figsize=(9, 3.6), layout="constrained")
         ax = figure.subplots()
+        # Stacked bars, one bin wide: classes at the same moments stack instead of hiding
+        # each other, as lines over the same points would.
+        bar_days = width / 86_400_000
+        stacked = [0] * len(bins)
         for cls in classes:
             series = [timeline.counts.get((cls, b), 0) for b in bins]
             if any(series):
-                ax.plot(
+                ax.bar(
                     moments,  # type: ignore[arg-type]  # dates, through matplotlib's converters
                     series,
-                    marker="o",
-                    markersize=3,
-                    linewidth=1.4,
+                    width=bar_days,
+                    bottom=stacked,
+                    align="edge",
                     color=_colour(cls, classes),
                     label=cls,
                 )
+                stacked = [a + b for a, b in zip(stacked, series, strict=True)]
+        # The span of the findings, a bin either side: a single bin would otherwise get
+        # matplotlib's default span of years.
+        padding = timedelta(milliseconds=width)
+        ax.set_xlim(moments[0] - padding, moments[-1] + 2 * padding)  # type: ignore[arg-type]
         locator = AutoDateLocator(tz=UTC)
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))
@@ -889,7 +903,7 @@ def _plot_timeline(timeline: _Timeline, classes: Sequence[str]) -> str:
         ax.set_ylabel("findings")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", frameon=False, ncols=3)
-        return _svg(figure, "over-time")
+        return figure
 
 
 # --- failure page ----------------------------------------------------------------------------

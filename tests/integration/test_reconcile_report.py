@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet
 import pytest
+from matplotlib.patches import Rectangle
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import DataFrame, SparkSession
 
@@ -584,3 +585,23 @@ def test_the_lead_sentence_counts_what_the_summary_counts(written: report.Report
     assert records == sum(summary["records"].values())
     assert classes == sum(1 for n in summary["counts"].values() if n)
     assert topics == sum(1 for per_class in summary["by_topic"].values() if any(per_class.values()))
+
+
+def test_one_moment_of_findings_plots_on_a_span_of_seconds_with_classes_stacked() -> None:
+    """One bin used to get matplotlib's default span of years, and classes with the same
+    counts at the same moments hid each other."""
+    moment = 1_795_478_400_000
+    timeline = report._Timeline(
+        untimed=0,
+        total=3,
+        bin_width_ms=1000,
+        first_bin_ms=moment,
+        last_bin_ms=moment,
+        counts={("LOST", moment): 1, ("DIVERGED", moment): 2},
+    )
+    figure = report._timeline_figure(timeline, ["LOST", "DIVERGED"])
+    (ax,) = figure.axes
+    left, right = ax.get_xlim()
+    assert (right - left) * 86_400_000 == pytest.approx(3 * 1000)  # the bin, and one either side
+    bars = sorted((p.get_y(), p.get_height()) for p in ax.patches if isinstance(p, Rectangle))
+    assert bars == [(0, 1), (1, 2)]  # DIVERGED on top of LOST, not behind it
