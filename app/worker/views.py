@@ -26,7 +26,7 @@ from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
-from kdiv.worker.incidents import LOG_REWOUND
+from kdiv.worker.incidents import LOG_REWOUND, NO_PRODUCER
 from kdiv.worker.webauth import authorization_header, bearer_token_middleware
 
 log = logging.getLogger("kdiv.views")
@@ -155,8 +155,12 @@ def iso_time(ms: int | None) -> str | None:
 
 
 def incident_json(incident) -> dict:
-    """An incident as the views show it: its fields, and its times also as ISO 8601 UTC."""
+    """An incident as the views show it: its fields, and its times also as ISO 8601 UTC. An
+    incident without a producer (MALFORMED, schema and log incidents) shows producer, segment
+    and seq as null, as `kdiv check` does (the incidents topic keeps its key fields)."""
     fields = incident.to_json()
+    if fields["producer"] == NO_PRODUCER:
+        fields.update(producer=None, segment=None, seq=None)
     fields["detected_at"] = iso_time(incident.detected_at_ms)
     fields["record_time"] = iso_time(incident.record_timestamp_ms)
     return fields

@@ -99,7 +99,7 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         # Filters: by partition, class, producer, severity and time (ms or ISO 8601).
         status, everything = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=1000")
         all_items = everything["items"]
-        some = all_items[0]
+        some = next(i for i in all_items if i["producer"] is not None)
         for query, keep in (
             (f"partition={some['partition']}", lambda i: i["partition"] == some["partition"]),
             ("class=MISSING", lambda i: i["verdict"] == "MISSING"),
@@ -112,6 +112,9 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
             assert status == 200, (query, page)
             assert page["items"] == [i for i in all_items if keep(i)], query
         assert some["detected_at"].endswith("Z") and some["detected_at"][:2] == "20"
+        # Without a producer (MALFORMED): null producer, segment and seq, as kdiv check says.
+        malformed = [i for i in all_items if i["verdict"] == "MALFORMED"]
+        assert malformed and all((i["producer"], i["segment"], i["seq"]) == (None, None, None) for i in malformed)
 
         # The list views answer without their slash too, and the others with one, by redirect.
         for asked, target in (("/incidents?limit=2", "/incidents/?limit=2"), ("/metrics/", "/metrics")):
