@@ -307,7 +307,8 @@ def registry(bootstrap: str, host: str, port: int, topic: str) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(bootstrap, host, port, topic, kafka_security()))
+        with kafka_errors_as_messages(bootstrap):
+            asyncio.run(serve(bootstrap, host, port, topic, kafka_security()))
     except KeyboardInterrupt:
         pass
 
@@ -362,12 +363,19 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
         finally:
             await registry.close()
 
+    from aiokafka.errors import KafkaError
+
     try:
         code = asyncio.run(run())
     except SettingsError as bad:
         raise click.ClickException(str(bad)) from None
     except (RegistryError, LookupError) as failed:
         click.echo(f"error: {failed}", err=True)
+        sys.exit(2)
+    except (KafkaError, OSError) as failed:
+        if _debugging():
+            raise
+        click.echo(f"error: Kafka at {bootstrap}: {failed}", err=True)
         sys.exit(2)
     sys.exit(code)
 

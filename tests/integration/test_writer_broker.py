@@ -138,11 +138,18 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
         (["validate", "kdiv-no-such-topic", "--bootstrap", bootstrap], "topic 'kdiv-no-such-topic' does not exist"),
         (["dump", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
         (["validate", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
+        (["registry", "--bootstrap", "127.0.0.1:1", "--port", "0"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
     ):
         done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, (args, done.stderr)
         assert f"Error: {says}" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, (args, done.stderr)
+    # schemas check: exit 2 when the broker or registry cannot be read (README).
+    done = subprocess.run(
+        [*cli, "schemas", "check", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
     debugged = subprocess.run(
         [*cli, "--debug", "dump", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True
     )
