@@ -61,6 +61,8 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
     --debug, the traceback first)."""
     from aiokafka.errors import KafkaError
 
+    from kdiv.kafka.failures import failure_text
+
     if _debugging():
         yield
         return
@@ -69,10 +71,7 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
     except LookupError as missing:  # no such topic or partition
         raise click.ClickException(str(missing).strip("'\"")) from None
     except (KafkaError, OSError, TimeoutError) as failed:
-        text = str(failed) or type(failed).__name__
-        if not text.startswith(type(failed).__name__):
-            text = f"{type(failed).__name__}: {text}"
-        raise click.ClickException(f"Kafka at {bootstrap}: {text}") from None
+        raise click.ClickException(f"Kafka at {bootstrap}: {failure_text(failed)}") from None
 
 
 @main.command()
@@ -365,6 +364,8 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
 
     from aiokafka.errors import KafkaError
 
+    from kdiv.kafka.failures import failure_text
+
     try:
         code = asyncio.run(run())
     except SettingsError as bad:
@@ -375,7 +376,7 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
     except (KafkaError, OSError) as failed:
         if _debugging():
             raise
-        click.echo(f"error: Kafka at {bootstrap}: {failed}", err=True)
+        click.echo(f"error: Kafka at {bootstrap}: {failure_text(failed)}", err=True)
         sys.exit(2)
     sys.exit(code)
 

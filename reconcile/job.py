@@ -30,6 +30,7 @@ from aiokafka.errors import KafkaError
 
 from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
+from kdiv.kafka.failures import failure_text
 from kdiv.registry.client import RegistryError, SchemaRegistry
 from kdiv.state.tables import state_changelogs
 
@@ -119,13 +120,6 @@ def settings_from(args: argparse.Namespace, environ) -> Settings:
 EXPECTED_FAILURES = (SettingsError, RegistryError, LookupError, ValueError, OSError, TimeoutError, KafkaError)
 
 
-def error_text(failure: BaseException) -> str:
-    """ "Type: message", without the type twice (aiokafka's messages start with it)."""
-    name = type(failure).__name__
-    text = str(failure) or name
-    return text if text.startswith(name) else f"{name}: {text}"
-
-
 def write_early_failure(args: argparse.Namespace, error: str) -> Path:
     """The failure report of a run that ended before it had a Spark session (bad settings)."""
     from kdiv.reconcile.prometheus import write_textfile
@@ -208,7 +202,7 @@ class Reconciliation:
             log.debug("reconciliation failed", exc_info=True)
             code = EXIT_FAILED
             summary.update(
-                error=error_text(failure),
+                error=failure_text(failure),
                 finished_at_ms=int(time.time() * 1000),
                 duration_s=round(time.time() - started, 3),
                 exit_code=code,
