@@ -433,9 +433,10 @@ class ValidationWorker:
         for topic, partition in sorted(self._unflushed):
             part = self.live.validator.partitions.get((topic, partition))
             now_id = ids.get(topic)
-            if part is None or now_id is None or part.topic_id in (None, now_id):
-                if part is not None and now_id is not None:
-                    self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
+            if part is None or now_id is None:
+                continue
+            if part.topic_id in (None, now_id):
+                self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
                 continue
             key = (topic, partition)
             self._pending.pop(key, None)

@@ -88,17 +88,21 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         caps.clear()
         unset = [tp for tp in partitions if not committed[tp] and tp.topic not in changelogs]
         beginnings = await consumer.beginning_offsets(unset) if unset else {}
-        # No await from here on: a batch is taken from the fetcher wholly before or wholly
-        # after these seeks, and `_fetch_records` stamps it with the count of seeks.
+        targets = {tp: committed[tp] or beginnings.get(tp) for tp in partitions}
+        self._seek_stamped(consumer, {tp: offset for tp, offset in targets.items() if offset is not None})
+        return {tp: offset for tp, offset in committed.items() if offset is not None}
+
+    def _seek_stamped(self, consumer, offsets: Mapping[TP, int]) -> None:
+        """Seek each partition still assigned (a rebalance may have begun meanwhile) and
+        stamp it moved. Never awaits: a batch is taken from the fetcher wholly before or
+        wholly after these seeks, and `_fetch_records` stamps it with the count of seeks."""
         self._seeks += 1
         moved = self.__dict__.setdefault("_moved", {})
-        still_assigned = consumer.assignment()  # a rebalance may have begun meanwhile
-        for tp in partitions:
-            offset = committed[tp] or beginnings.get(tp)
-            if offset is not None and tp in still_assigned:
+        still_assigned = consumer.assignment()
+        for tp, offset in offsets.items():
+            if tp in still_assigned:
                 consumer.seek(tp, offset)
                 moved[tp] = self._seeks
-        return {tp: offset for tp, offset in committed.items() if offset is not None}
 
     async def restart_from_beginning(self, partitions: list[TP]) -> None:
         """Move `partitions` to their beginning now, dropping what was fetched before."""
@@ -108,13 +112,7 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = self._ensure_consumer()
         assigned = consumer.assignment()
         beginnings = await consumer.beginning_offsets([tp for tp in partitions if tp in assigned])
-        # No await from here on, as in `_seek_to_committed`.
-        self._seeks += 1
-        moved = self.__dict__.setdefault("_moved", {})
-        for tp, offset in beginnings.items():
-            if tp in consumer.assignment():
-                consumer.seek(tp, offset)
-                moved[tp] = self._seeks
+        self._seek_stamped(consumer, beginnings)
 
     async def _fetch_records(self, *args, **kwargs) -> _Fetched:
         records = _Fetched(await super()._fetch_records(*args, **kwargs))
@@ -167,12 +165,7 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
             # Everything after the committed offsets is read again: what was acked (or
             # taken for a gap) before counts for nothing.
             changelogs = self.app.tables.changelog_topics
-            sources = [tp for tp in self.assignment() if tp.topic not in changelogs]
-            for tp in sources:
-                self._acked.pop(tp, None)
-                self._acked_index.pop(tp, None)
-                self._gap.pop(tp, None)
-            self.forget_batches(sources)
+            self._forget_progress([tp for tp in self.assignment() if tp.topic not in changelogs])
         finally:
             if flowing:
                 self.resume_flow()
@@ -194,6 +187,11 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
         for tp in partitions:
             self._read_offset[tp] = None
             self._committed_offset[tp] = None
+        self._forget_progress(partitions)
+
+    def _forget_progress(self, partitions: list[TP]) -> None:
+        """Drop what was acked, taken for a gap or batched for `partitions`: they are read again."""
+        for tp in partitions:
             self._acked.pop(tp, None)
             self._acked_index.pop(tp, None)
             self._gap.pop(tp, None)
