@@ -14,10 +14,12 @@ import asyncio
 import itertools
 import logging
 import random
+from contextlib import aclosing
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
+from aiokafka.structs import RecordMetadata
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.ledger import PACKED_SIZE, KeyValidation, at_rest_crc, ledger_key, pack_key_validation
@@ -25,7 +27,9 @@ from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.produce import new_producer
+from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import ledger_changelog_topic_name
+from kdiv.state.values import StateValues
 from kdiv.writer import DivWriter
 
 log = logging.getLogger("kdiv.demo")
@@ -96,13 +100,20 @@ class FaultyPipeline:
             self.writer.clock_ms(),
         )
 
-    async def _put(self, records: list[OutgoingRecord]) -> None:
+    async def send(self, records: list[OutgoingRecord]) -> RecordMetadata | None:
+        """Send `records` in order; the last one's metadata."""
+        sent = None
         for r in records:
-            await self.writer.producer.send_and_wait(
+            sent = await self.writer.producer.send_and_wait(
                 r.topic, r.value, r.key, partition=r.partition, headers=list(r.headers)
             )
-            if r.kind == Kind.DATA:
-                self.last_sent = r
+        return sent
+
+    async def _put(self, records: list[OutgoingRecord]) -> None:
+        await self.send(records)
+        data = [r for r in records if r.kind == Kind.DATA]
+        if data:
+            self.last_sent = data[-1]
 
     async def healthy(self, partition: int) -> None:
         await self._put(self._next(partition))
@@ -183,7 +194,7 @@ class AtRestFaults:
         self.app_id = app_id
         self.security = security
         self.ledger_topic = ledger_changelog_topic_name(app_id, partitions)
-        self._prefix: bytes | None = None
+        self._values: StateValues | None = None
         self._counter = itertools.count()
 
     async def inject(self, finding: str, partition: int, wait_s: float = 60.0) -> bool:
@@ -191,25 +202,21 @@ class AtRestFaults:
         ledger entry yet (nothing to imitate) or did not validate the key's record in time."""
         topic = self.pipeline.topic
         producer = self.pipeline.writer.producer
-        prefix = await self._ledger_prefix()
-        if prefix is None:
+        values = await self._ledger_values()
+        if values is None:
             return False
         n = next(self._counter)
         if finding == "LOST":
             # An entry for a key the topic never had: the record it names is gone.
             key = b"at-rest-lost-%d" % n
             entry = KeyValidation(0, self.pipeline.writer.clock_ms(), at_rest_crc(key, b"gone"), False)
-            value: bytes | None = prefix + pack_key_validation(entry)
+            value: bytes | None = values.encode_packed_key_validation(pack_key_validation(entry))
         else:
             key, value_bytes = b"at-rest-%s-%d" % (finding.lower().encode(), n), b"kept at rest"
             stamped = self.pipeline.writer.stamper.data(
                 topic, partition, key, value_bytes, self.pipeline.writer.clock_ms()
             )
-            sent = None
-            for r in stamped:
-                sent = await producer.send_and_wait(
-                    r.topic, r.value, r.key, partition=r.partition, headers=list(r.headers)
-                )
+            sent = await self.pipeline.send(stamped)
             assert sent is not None
             if not await self._validated(partition, sent.offset, wait_s):
                 return False
@@ -219,22 +226,29 @@ class AtRestFaults:
                 entry = KeyValidation(
                     sent.offset, sent.timestamp, crc ^ 0xFFFFFFFF, False, header.guid, header.segment, header.seq
                 )
-                value = prefix + pack_key_validation(entry)
+                value = values.encode_packed_key_validation(pack_key_validation(entry))
             else:  # UNVALIDATED: the ledger lost the entry of a record below the validated offset
                 value = None
         await producer.send_and_wait(self.ledger_topic, value, ledger_key(topic, partition, key), partition=partition)
         log.warning("injected at-rest %s on %s/%d (key %s)", finding, topic, partition, key.decode())
         return True
 
-    async def _ledger_prefix(self) -> bytes | None:
-        """The framing (magic byte, schema id, union branch) of the worker's ledger values."""
-        if self._prefix is not None:
-            return self._prefix
+    async def _ledger_values(self) -> StateValues | None:
+        """The worker's ledger value encoding (the state schema id it registered), read
+        from an entry it wrote."""
+        if self._values is not None:
+            return self._values
         try:
-            async for record in read_snapshot(self.bootstrap, self.ledger_topic, security=self.security):
-                if record.value is not None and len(record.value) == 6 + PACKED_SIZE:
-                    self._prefix = record.value[:6]
-                    return self._prefix
+            snapshot = read_snapshot(self.bootstrap, self.ledger_topic, security=self.security)
+            async with aclosing(snapshot) as records:  # type: ignore[type-var]
+                async for record in records:
+                    schema_id = schema_id_of(record.value)
+                    if schema_id is None or record.value is None:
+                        continue
+                    values = StateValues(schema_id)
+                    if values.encode_packed_key_validation(record.value[-PACKED_SIZE:]) == record.value:
+                        self._values = values
+                        return values
         except LookupError:
             return None  # the worker has not made its ledger topic yet
         return None

@@ -136,7 +136,7 @@ def packed_key_validation_of(record: FetchedRecord, _pack=_PACKED.pack) -> bytes
     found, raw = scan_div_header(record.headers)
     if found == 1 and raw is not None and len(raw) == COMMON_SIZE and raw[0] == FORMAT_VERSION and raw[1] == _DATA:
         _version, _kind, guid, segment, seq, _ts, _crc = unpack_common(raw)
-        flags = _PRODUCER if value is not None else _PRODUCER | _TOMBSTONE
+        flags = DATA_FLAGS if value is not None else TOMBSTONE_FLAGS
         return _pack(record.offset, record.timestamp, record_crc(_DATA, key, value), flags, guid, segment, seq)
     entry = key_validation_of(record)
     return None if entry is None else pack_key_validation(entry)
