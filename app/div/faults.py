@@ -18,6 +18,9 @@ class Verdict(enum.Enum):
     CORRUPT = "CORRUPT"
     UNREGISTERED_PRODUCER = "UNREGISTERED_PRODUCER"
     DATA_AFTER_SEGMENT_END = "DATA_AFTER_SEGMENT_END"
+    # Exact semantics only (`kdiv.div.exact`); Venice reads both as DUPLICATE.
+    LATE = "LATE"  # a seq reported MISSING, arriving now
+    DIVERGENT = "DIVERGENT"  # a seq seen before, now with other bytes
     UNTRACKED = "UNTRACKED"  # no `div` header: not ours to judge
     MALFORMED = "MALFORMED"  # a `div` header that cannot be decoded
 
@@ -27,9 +30,16 @@ class Verdict(enum.Enum):
         return self not in (Verdict.OK, Verdict.UNTRACKED)
 
 
-# Faults that fail a push when they happen inside one (Venice's FatalDataValidationException).
+# Faults that fail a push when they happen inside one (Venice's FatalDataValidationException),
+# and DIVERGENT: the push holds two versions of one record.
 FATAL_VERDICTS = frozenset(
-    {Verdict.MISSING, Verdict.CORRUPT, Verdict.UNREGISTERED_PRODUCER, Verdict.DATA_AFTER_SEGMENT_END}
+    {
+        Verdict.MISSING,
+        Verdict.CORRUPT,
+        Verdict.UNREGISTERED_PRODUCER,
+        Verdict.DATA_AFTER_SEGMENT_END,
+        Verdict.DIVERGENT,
+    }
 )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import struct
+from array import array
 
+from kdiv.div.exact import GapLog
 from kdiv.div.faults import DataAfterSegmentEnded
 from kdiv.div.wire import ChecksumType, adhash_add
 
@@ -31,6 +33,9 @@ _PACKED_TS = struct.Struct("<q")
 _PACKED_TS_AT = 32
 _FLAG_NAMES = ("checksum_finalized", "registered", "started", "ended", "final_segment", "new_segment")
 _HAS_CHECKSUM = 1 << len(_FLAG_NAMES)
+# After the fixed part, when the exact accounting is on: the ring's slot count, its slots,
+# and the gap log (`kdiv.div.exact`), if any.
+_RING_SLOTS = struct.Struct("<H")
 
 
 class Segment:
@@ -44,16 +49,20 @@ class Segment:
         "checksum_type",
         "ended",
         "final_segment",
+        "gaps",
         "last_offset",
         "last_producer_ts",
         "new_segment",
+        "recent",
         "registered",
         "segment_number",
         "sequence_number",
         "started",
     )
 
-    def __init__(self, segment_number: int, sequence_number: int, checksum_type: ChecksumType) -> None:
+    def __init__(
+        self, segment_number: int, sequence_number: int, checksum_type: ChecksumType, recent: array | None = None
+    ) -> None:
         self.segment_number = segment_number
         self.checksum_type = checksum_type
         # Running ADHASH; None for NONE, which never finalises and so never rejects late data.
@@ -70,6 +79,10 @@ class Segment:
         self.new_segment = True
         self.last_offset = -1
         self.last_producer_ts = -1
+        # The exact accounting's (`kdiv.div.exact`): recent seqs with their CRCs, and the
+        # producer's gaps (carried from segment to segment). None when off or never needed.
+        self.recent = recent
+        self.gaps: GapLog | None = None
 
     @property
     def status(self) -> SegmentStatus:
@@ -103,12 +116,13 @@ class Segment:
         self.final_segment = final
 
     def pack(self) -> bytes:
-        """This state in about 75 bytes; `Segment.unpack` gives it back equal."""
+        """This state in about 75 bytes (and 8 per recent seq, and the gaps, when the exact
+        accounting keeps them); `Segment.unpack` gives it back equal."""
         flags = 0 if self.checksum is None else _HAS_CHECKSUM
         for bit, name in enumerate(_FLAG_NAMES):
             if getattr(self, name):
                 flags |= 1 << bit
-        return _PACKED.pack(
+        fixed = _PACKED.pack(
             self.segment_number,
             self.sequence_number,
             self.checksum or 0,
@@ -117,11 +131,16 @@ class Segment:
             self.checksum_type,
             flags,
         )
+        recent, gaps = self.recent, self.gaps
+        if recent is None and gaps is None:
+            return fixed
+        ring = b"" if recent is None else recent.tobytes()
+        return b"".join((fixed, _RING_SLOTS.pack(len(ring) // 8), ring, b"" if gaps is None else gaps.pack()))
 
     @staticmethod
     def unpack(packed: bytes) -> Segment:
         """The Segment `pack` made `packed` from."""
-        segment_number, sequence_number, checksum, last_offset, last_producer_ts, checksum_type, flags = _PACKED.unpack(
+        segment_number, sequence_number, checksum, last_offset, last_producer_ts, checksum_type, flags = _PACKED.unpack_from(
             packed
         )
         s = Segment.__new__(Segment)
@@ -133,6 +152,18 @@ class Segment:
         s.last_producer_ts = last_producer_ts
         for bit, name in enumerate(_FLAG_NAMES):
             setattr(s, name, bool(flags & (1 << bit)))
+        s.recent = None
+        s.gaps = None
+        if len(packed) > _PACKED.size:
+            at = _PACKED.size
+            (slots,) = _RING_SLOTS.unpack_from(packed, at)
+            at += _RING_SLOTS.size
+            if slots:
+                s.recent = array("Q")
+                s.recent.frombytes(packed[at : at + 8 * slots])
+                at += 8 * slots
+            if len(packed) > at:
+                s.gaps = GapLog.unpack(memoryview(packed)[at:])
         return s
 
     def copy(self) -> Segment:
@@ -140,6 +171,10 @@ class Segment:
         clone = Segment.__new__(Segment)
         for name in Segment.__slots__:
             setattr(clone, name, getattr(self, name))
+        if self.recent is not None:
+            clone.recent = array("Q", self.recent)
+        if self.gaps is not None:
+            clone.gaps = GapLog.unpack(self.gaps.pack())
         return clone
 
     def __eq__(self, other: object) -> bool:

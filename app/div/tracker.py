@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from kdiv.div.exact import new_recent
 from kdiv.div.faults import (
     CorruptData,
     DataAfterSegmentEnded,
@@ -29,6 +30,7 @@ from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
 Tolerate = Callable[[], bool]
 _UINT64_MASK = (1 << 64) - 1
+_SEQ_BITS = 0xFFFFFFFF
 
 
 def _never() -> bool:
@@ -38,9 +40,11 @@ def _never() -> bool:
 class PartitionTracker:
     """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
 
-    __slots__ = ("_unpacked", "segments")
+    __slots__ = ("_unpacked", "segments", "window")
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = 0) -> None:
+        # Seqs per producer whose CRCs the exact accounting keeps (`kdiv.div.exact`); 0: off.
+        self.window = window
         # A producer idle since the last checkpoint is kept packed (`Segment.pack`): a
         # million producer states fit in a fraction of the memory. Read entries with
         # `segment`, or `as_segment` when only looking.
@@ -93,8 +97,15 @@ class PartitionTracker:
             or not s.started
             or crc != header_crc
             or s.checksum_finalized
+            # Seqs past Venice's state were seen (inside a push, after a gap): this one may be late.
+            or (s.gaps is not None and s.gaps.segment == segment and s.gaps.high > s.sequence_number)
         ):
             return False
+        recent = s.recent
+        if recent is not None:
+            recent[seq % len(recent)] = (((seq + 1) & _SEQ_BITS) << 32) | crc  # `kdiv.div.exact.remember`
+        if s.gaps is not None and s.gaps.segment == segment:
+            s.gaps.high = seq
         s.sequence_number = seq
         s.last_producer_ts = producer_ts
         if s.registered and s.checksum is not None:
@@ -157,7 +168,7 @@ class PartitionTracker:
         registered = h.kind == Kind.START_OF_SEGMENT
         # A START_OF_SEGMENT header always carries its checksum type.
         checksum_type = h.checksum_type if registered and h.checksum_type is not None else ChecksumType.NONE
-        segment = Segment(h.segment, h.seq, checksum_type)
+        segment = Segment(h.segment, h.seq, checksum_type, new_recent(self.window))
         segment.last_producer_ts = h.producer_ts
         # Stored before the possible raise below, so the producer's next record validates
         # against it instead of being reported unregistered again.

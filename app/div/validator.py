@@ -10,10 +10,13 @@ Pure: no I/O, and time comes in with each call.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
+from kdiv.div import exact
+from kdiv.div.exact import Gap, GapLog, GapReport, Seen
 from kdiv.div.faults import (
     FATAL_VERDICTS,
     DataValidationError,
@@ -29,6 +32,7 @@ from kdiv.div.wire import (
     COMMON_SIZE,
     FORMAT_VERSION,
     HEADER_NAME,
+    DivHeader,
     Kind,
     MalformedHeader,
     decode,
@@ -38,6 +42,16 @@ from kdiv.div.wire import (
 )
 
 DISABLED = -1
+# Recent seqs per producer whose CRCs the exact semantics keeps (8 bytes each).
+DEFAULT_WINDOW = 16
+_UINT64_MASK = (1 << 64) - 1
+
+
+class Semantics(enum.Enum):
+    """Which verdicts: Venice's exactly, or kdiv's exact ones beside them (the default)."""
+
+    EXACT = "exact"  # LATE and DIVERGENT told from DUPLICATE; one gap, one incident
+    VENICE = "venice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +73,9 @@ class ValidationResult(NamedTuple):
     seq: int | None = None
     fatal: bool = False
     detail: str = ""
+    # The gap a MISSING or LATE record belongs to, as it stands after the record (exact
+    # semantics): its incident is the gap's, one per gap.
+    gap: GapReport | None = None
 
 
 @dataclass(slots=True)
@@ -115,7 +132,12 @@ class DataIntegrityValidator:
         *,
         start_in_push: bool = False,
         max_age_ms: int = DISABLED,
+        semantics: Semantics = Semantics.EXACT,
+        window: int = DEFAULT_WINDOW,
     ) -> None:
+        self.semantics = semantics
+        self._exact = semantics is Semantics.EXACT
+        self.window = window if self._exact else 0
         self._policy = policy
         self._policies: dict[str, TopicPolicy] = {}
         self._start_in_push = start_in_push
@@ -132,13 +154,16 @@ class DataIntegrityValidator:
         key = (topic, partition)
         state = self.partitions.get(key)
         if state is None:
-            state = self.partitions[key] = PartitionValidation(in_push=self._start_in_push)
+            state = self.partitions[key] = PartitionValidation(
+                tracker=PartitionTracker(self.window), in_push=self._start_in_push
+            )
         return state
 
     def restore_partition(
         self, topic: str, partition: int, state: PartitionValidation, producers: Mapping[bytes, Segment | bytes]
     ) -> None:
         """Install saved state (e.g. from a changelog), replacing what the partition had."""
+        state.tracker.window = self.window
         state.tracker.install(producers)
         self.partitions[(topic, partition)] = state
 
@@ -177,7 +202,7 @@ class DataIntegrityValidator:
                     part.records += 1
                     if record.offset > part.last_offset:
                         part.last_offset = record.offset
-                    return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, ""))
+                    return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, "", None))
         return self._validate_full(record, now_ms, found, raw)
 
     def validate_run(
@@ -245,7 +270,7 @@ class DataIntegrityValidator:
                             results.append(
                                 _new_result(
                                     ValidationResult,
-                                    (consumed(topic, partition, record), _OK, guid, segment, seq, False, ""),
+                                    (consumed(topic, partition, record), _OK, guid, segment, seq, False, "", None),
                                 )
                             )
                         i += 1
@@ -300,6 +325,8 @@ class DataIntegrityValidator:
             # Compaction may have removed superseded records once they are min.compaction.lag.ms old.
             return lag_ms is not None and now_ms - record.timestamp >= lag_ms
 
+        before = tracker.segment(header.guid) if self._exact else None
+        seen = exact.look(before, header.segment, header.seq) if before is not None else None
         verdict = Verdict.OK
         detail = ""
         try:
@@ -315,19 +342,107 @@ class DataIntegrityValidator:
                     pass  # e.g. DUPLICATE for a corrupt END_OF_SEGMENT: the record is skipped
         # Whatever the verdict, the producer's state has now seen this record: a consumer that
         # reads it again (a replay after a crash) can tell so from the offset.
-        seen = tracker.segment(header.guid)
-        if seen is not None and record.offset > seen.last_offset:
-            seen.last_offset = record.offset
+        after = tracker.segment(header.guid)
+        if after is not None and record.offset > after.last_offset:
+            after.last_offset = record.offset
+        gap = None
+        venice_verdict = verdict
+        if seen is not None and after is not None:
+            if after is not before:  # a new segment: the producer's gaps go on with it
+                after.gaps = cast(Segment, before).gaps
+            verdict, detail, gap = self._judge_exactly(seen, after, header, crc, record.offset, verdict, detail)
 
-        if is_push_marker and verdict is not Verdict.DUPLICATE:
+        if is_push_marker and venice_verdict is not Verdict.DUPLICATE:
             part.in_push = kind == Kind.START_OF_PUSH
             if part.in_push:
                 part.push_failed = False
         fatal = inside_push and verdict in FATAL_VERDICTS
         if fatal:
             part.push_failed = True
-        result = ValidationResult(record, verdict, header.guid, header.segment, header.seq, fatal, detail)
+        result = ValidationResult(record, verdict, header.guid, header.segment, header.seq, fatal, detail, gap)
         return self._count(record, result, part)
+
+    def _judge_exactly(
+        self,
+        seen: exact.Look,
+        state: Segment,
+        header: DivHeader,
+        crc: int,
+        offset: int,
+        verdict: Verdict,
+        detail: str,
+    ) -> tuple[Verdict, str, GapReport | None]:
+        """The exact verdict on a record Venice's rule judged `verdict`, and the producer's
+        exact state (`state`, after Venice's rule) updated by it."""
+        segment, seq = header.segment, header.seq
+        # The CRC the producer stamped (a corrupt record's re-send compares equal to it).
+        claimed = header.crc if header.kind == Kind.DATA else crc
+        gaps = state.gaps
+        gap: Gap | None = None
+        how = seen.seen
+        if how is Seen.LATE:
+            gap = cast(Gap, seen.gap)
+            gap.arrive(seq, offset)
+            if header.kind == Kind.DATA and crc != header.crc:
+                verdict = Verdict.CORRUPT
+                detail = (
+                    f"seq {seq} of segment {segment} arrived late (it is in the gap reported MISSING at offset "
+                    f"{gap.found_offset}), and its record CRC32 {crc:08x} differs from {header.crc:08x} in its div header"
+                )
+            else:
+                if (
+                    verdict is Verdict.DUPLICATE  # Venice's state is past it: its share is not counted yet
+                    and segment == state.segment_number
+                    and state.registered
+                    and state.checksum is not None
+                    and not state.checksum_finalized
+                ):
+                    state.checksum = (state.checksum + crc) & _UINT64_MASK
+                verdict = Verdict.LATE
+                detail = (
+                    f"seq {seq} of segment {segment} arrived late, after seq {seen.high}: it is in the gap "
+                    f"reported MISSING at offset {gap.found_offset}"
+                )
+        elif how is Seen.AGAIN:
+            if claimed == seen.crc_then:
+                verdict = Verdict.DUPLICATE
+                detail = f"seq {seq} of segment {segment} was already seen, with the same CRC {claimed:08x}"
+            else:
+                verdict = Verdict.DIVERGENT
+                detail = (
+                    f"seq {seq} of segment {segment} was already seen with CRC {seen.crc_then:08x}; this one has "
+                    f"{claimed:08x}: other bytes under one seq, which consumers that skip duplicates would lose"
+                )
+        elif how is Seen.PAST:
+            if verdict is Verdict.DUPLICATE:
+                detail += f" (not among the last {self.window} seqs kdiv compares: judged by Venice's rule)"
+        elif how is Seen.NEXT:
+            if verdict is Verdict.MISSING and gaps is not None:
+                # Inside a push Venice's state stays before a gap: this record is judged after it.
+                gap = gaps.latest(segment)
+                if gap is not None:
+                    gap.judged += 1
+                    gap.last_judged_offset = offset
+        elif how is Seen.AHEAD:
+            if verdict is Verdict.MISSING:
+                if gaps is None:
+                    gaps = state.gaps = GapLog(segment, seen.high)
+                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq)
+                gaps.add(gap)
+        elif segment < state.segment_number and verdict is Verdict.DUPLICATE:
+            detail += " (an earlier segment: not compared)"
+        if segment == state.segment_number and how is not Seen.AGAIN and how is not Seen.PAST:
+            if gaps is not None:
+                gaps.see(segment, seq)
+            if state.recent is not None:
+                exact.remember(state.recent, seq, claimed)
+        report = None
+        if gap is not None:
+            report = gap.report()
+            if verdict is Verdict.MISSING and (how is Seen.NEXT or seen.high != seen.venice_high):
+                # Venice's range counts records seen after an earlier gap: name the one gap.
+                detail += f"; one gap: {report.describe()}"
+        return verdict, detail, report
 
     def _count(
         self, record: ConsumedRecord, result: ValidationResult, part: PartitionValidation | None = None

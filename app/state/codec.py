@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import io
 import json
+from array import array
 from typing import Any
 
 import fastavro
 
+from kdiv.div.exact import Gap, GapLog
 from kdiv.div.faults import Verdict
 from kdiv.div.ledger import PACKED_SIZE, KeyValidation, pack_key_validation, unpack_key_validation
 from kdiv.div.segment import Segment
@@ -41,6 +43,60 @@ _PRODUCER_STATE = {
         {"name": "newSegment", "type": "boolean", "default": False},
         {"name": "lastOffset", "type": "long", "default": -1},
         {"name": "lastProducerTimestamp", "type": "long", "default": -1},
+        # Exact semantics (`kdiv.div.exact`): the ring of recent seqs and CRCs, as little-endian
+        # uint64 slots ((seq + 1) mod 2^32 << 32 | CRC32; 0 empty), and the producer's gaps.
+        {"name": "recentCrcs", "type": "bytes", "default": ""},
+        {
+            "name": "gapLog",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "GapLog",
+                    "fields": [
+                        {"name": "segment", "type": "long"},
+                        {"name": "high", "type": "long"},
+                        {
+                            "name": "gaps",
+                            "type": {
+                                "type": "array",
+                                "items": {
+                                    "type": "record",
+                                    "name": "Gap",
+                                    "fields": [
+                                        {"name": "segment", "type": "long"},
+                                        {"name": "first", "type": "long"},
+                                        {"name": "last", "type": "long"},
+                                        {"name": "foundOffset", "type": "long"},
+                                        {"name": "foundSeq", "type": "long"},
+                                        {"name": "judged", "type": "long"},
+                                        {"name": "lastJudgedOffset", "type": "long"},
+                                        {"name": "arrivedUnplaced", "type": "long"},
+                                        {
+                                            "name": "arrived",
+                                            "type": {
+                                                "type": "array",
+                                                "items": {
+                                                    "type": "record",
+                                                    "name": "ArrivedRun",
+                                                    "fields": [
+                                                        {"name": "firstSeq", "type": "long"},
+                                                        {"name": "lastSeq", "type": "long"},
+                                                        {"name": "firstOffset", "type": "long"},
+                                                        {"name": "lastOffset", "type": "long"},
+                                                    ],
+                                                },
+                                            },
+                                        },
+                                    ],
+                                },
+                            },
+                        },
+                    ],
+                },
+            ],
+            "default": None,
+        },
     ],
 }
 
@@ -177,8 +233,53 @@ def encode_segment(segment: Segment) -> bytes:
             "newSegment": segment.new_segment,
             "lastOffset": segment.last_offset,
             "lastProducerTimestamp": segment.last_producer_ts,
+            "recentCrcs": b"" if segment.recent is None else segment.recent.tobytes(),
+            "gapLog": None if segment.gaps is None else _gap_log_fields(segment.gaps),
         },
     )
+
+
+def _gap_log_fields(log: GapLog) -> dict:
+    return {
+        "segment": log.segment,
+        "high": log.high,
+        "gaps": [
+            {
+                "segment": g.segment,
+                "first": g.first,
+                "last": g.last,
+                "foundOffset": g.found_offset,
+                "foundSeq": g.found_seq,
+                "judged": g.judged,
+                "lastJudgedOffset": g.last_judged_offset,
+                "arrivedUnplaced": g.arrived_unplaced,
+                "arrived": [
+                    {"firstSeq": lo, "lastSeq": hi, "firstOffset": first, "lastOffset": last}
+                    for lo, hi, first, last in g.arrived
+                ],
+            }
+            for g in log.gaps
+        ],
+    }
+
+
+def _gap_log_of(fields: dict) -> GapLog:
+    log = GapLog(fields["segment"], fields["high"])
+    for g in fields["gaps"]:
+        log.gaps.append(
+            Gap(
+                g["segment"],
+                g["first"],
+                g["last"],
+                g["foundOffset"],
+                g["foundSeq"],
+                g["judged"],
+                g["lastJudgedOffset"],
+                [[r["firstSeq"], r["lastSeq"], r["firstOffset"], r["lastOffset"]] for r in g["arrived"]],
+                g["arrivedUnplaced"],
+            )
+        )
+    return log
 
 
 def _segment_of(fields: dict) -> Segment:
@@ -197,6 +298,15 @@ def _segment_of(fields: dict) -> Segment:
     segment.new_segment = fields["newSegment"]
     segment.last_offset = fields["lastOffset"]
     segment.last_producer_ts = fields["lastProducerTimestamp"]
+    ring = fields["recentCrcs"]
+    if ring:
+        if len(ring) % 8:
+            raise StateDecodeError(f"producer state's recentCrcs is {len(ring)} bytes, not whole 8-byte slots")
+        segment.recent = array("Q")
+        segment.recent.frombytes(ring)
+    gap_log = fields["gapLog"]
+    if gap_log is not None:
+        segment.gaps = _gap_log_of(gap_log[1])  # (record name, fields): a union's branch, named
     return segment
 
 

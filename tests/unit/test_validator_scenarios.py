@@ -4,7 +4,7 @@ import pytest
 
 from kdiv.div.faults import Verdict
 from kdiv.div.stamper import DivStamper
-from kdiv.div.validator import DataIntegrityValidator, TopicPolicy
+from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy
 from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
 from tests.harness.streams import (
     GUID_A,
@@ -22,7 +22,7 @@ STREAM = "stream"
 
 
 def validator(phase: str = STREAM, **kwargs) -> DataIntegrityValidator:
-    return DataIntegrityValidator(start_in_push=phase == PUSH, **kwargs)
+    return DataIntegrityValidator(start_in_push=phase == PUSH, semantics=Semantics.VENICE, **kwargs)
 
 
 def segment_of(log: Log, stamper: DivStamper, n: int, *, close: bool = True, partition: int = 0):
@@ -96,12 +96,16 @@ def test_compaction_lag_excuses_gaps_only_for_old_enough_records():
     log, st = Log(), DivStamper(GUID_A)
     records = segment_of(log, st, 4)
     sos, d1, d2, d3, d4, eos = records
-    compacted = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=lag), start_in_push=True)
+    compacted = DataIntegrityValidator(
+        lambda topic: TopicPolicy(compaction_lag_ms=lag), start_in_push=True, semantics=Semantics.VENICE
+    )
     # d2 was compacted away; d3 is exactly lag old (>= holds), so the gap is excused, and so is
     # the END_OF_SEGMENT checksum mismatch the removal causes.
     now = NOW + lag
     assert verdicts(compacted, [sos, d1, d3, d4, eos], now) == ["OK"] * 5
-    fresh = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=lag), start_in_push=True)
+    fresh = DataIntegrityValidator(
+        lambda topic: TopicPolicy(compaction_lag_ms=lag), start_in_push=True, semantics=Semantics.VENICE
+    )
     assert verdicts(fresh, [sos, d1, d3], now - 1) == ["OK", "OK", "MISSING"]
     not_compacted = validator(PUSH)
     assert verdicts(not_compacted, [sos, d1, d3], NOW + 10 * lag) == ["OK", "OK", "MISSING"]
@@ -115,7 +119,7 @@ def test_whole_lost_segment_is_missing_even_when_compaction_could_explain_gaps()
     records = segment_of(log, st, 6, close=True)
     # Segments: [SOS d d EOS] [SOS d d EOS] [SOS d d EOS]; drop the middle one entirely.
     kept = records[:4] + records[8:]
-    v = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=0))
+    v = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=0), semantics=Semantics.VENICE)
     results = [validate(v, r, NOW + 10**9) for r in kept]
     assert [r.verdict.value for r in results] == ["OK"] * 4 + ["MISSING", "OK", "OK", "OK"]
     assert results[4].detail == "segment 2 follows segment 0: segments 1..1 are missing"
@@ -168,7 +172,7 @@ def test_data_after_end_of_segment_is_excused_by_compaction_lag():
     log, st = Log(), DivStamper(GUID_A)
     records = segment_of(log, st, 1)
     late = log.data(0, 3, timestamp=NOW - 5_000)
-    v = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=5_000))
+    v = DataIntegrityValidator(lambda topic: TopicPolicy(compaction_lag_ms=5_000), semantics=Semantics.VENICE)
     assert verdicts(v, records + [late]) == ["OK", "OK", "OK", "OK"]
 
 
