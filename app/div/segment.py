@@ -140,8 +140,8 @@ class Segment:
     @staticmethod
     def unpack(packed: bytes) -> Segment:
         """The Segment `pack` made `packed` from."""
-        segment_number, sequence_number, checksum, last_offset, last_producer_ts, checksum_type, flags = _PACKED.unpack_from(
-            packed
+        segment_number, sequence_number, checksum, last_offset, last_producer_ts, checksum_type, flags = (
+            _PACKED.unpack_from(packed)
         )
         s = Segment.__new__(Segment)
         s.segment_number = segment_number
