@@ -182,3 +182,12 @@ async def produce_with_faults(
     finally:
         await writer.close()
     return done
+
+
+async def produce_with_faults_for(bootstrap: str, topic: str, seconds: float, **options) -> Counter:
+    """`produce_with_faults` for `seconds`, then its counts."""
+    stop = asyncio.Event()
+    producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, **options))
+    await asyncio.sleep(seconds)
+    stop.set()
+    return await producing

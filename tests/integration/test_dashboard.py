@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import uuid
@@ -10,7 +9,7 @@ import uuid
 import aiohttp
 from playwright.async_api import async_playwright
 
-from tests.harness.broker import exact_end_offsets, produce_with_faults, wait_until_caught_up
+from tests.harness.broker import exact_end_offsets, produce_with_faults_for, wait_until_caught_up
 from tests.harness.http import http_json, wait_for_incidents_read
 from tests.harness.processes import WorkerProcess, free_port
 
@@ -45,11 +44,7 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
     try:
         worker.start()
         await worker.wait_ready()
-        stop = asyncio.Event()
-        producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=15))
-        await asyncio.sleep(2)
-        stop.set()
-        await producing
+        await produce_with_faults_for(bootstrap, topic, 2, rate=300, fault_every=15)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             await wait_for_incidents_read(session, worker, await exact_end_offsets(bootstrap, f"{app_id}-incidents"))

@@ -6,7 +6,6 @@ what a real worker serves on /metrics and what the reconciliation's textfile hol
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
@@ -17,7 +16,7 @@ import yaml
 from prometheus_client import generate_latest
 
 from kdiv.reconcile.prometheus import build_registry
-from tests.harness.broker import produce_with_faults, wait_until_caught_up
+from tests.harness.broker import produce_with_faults_for, wait_until_caught_up
 from tests.harness.processes import WorkerProcess, free_port
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -72,11 +71,7 @@ async def test_every_rule_and_panel_asks_for_metrics_that_exist(bootstrap, topic
     try:
         worker.start()
         await worker.wait_ready()
-        stop = asyncio.Event()
-        producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=10))
-        await asyncio.sleep(1.5)
-        stop.set()
-        await producing
+        await produce_with_faults_for(bootstrap, topic, 1.5, rate=300, fault_every=10)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
         async with aiohttp.ClientSession() as session, session.get(f"{worker.url}/metrics") as response:
             worker_metrics = exported(await response.text())

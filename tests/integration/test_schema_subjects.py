@@ -25,7 +25,13 @@ from kdiv.registry.client import SchemaRegistry
 from kdiv.state.codec import STATE_SCHEMA_JSON
 from kdiv.state.framing import frame, unframe
 from kdiv.writer import DivWriter
-from tests.harness.broker import produce_with_faults, read_incidents, read_table, wait_until_caught_up
+from tests.harness.broker import (
+    produce_with_faults,
+    produce_with_faults_for,
+    read_incidents,
+    read_table,
+    wait_until_caught_up,
+)
 from tests.harness.oracle import incident_differences, oracle, state_differences
 from tests.harness.processes import WorkerProcess, free_port
 
@@ -89,11 +95,7 @@ def schema_incidents(live: dict, verdict: str = "SUBJECT_MISMATCH") -> list:
 
 
 async def run_old_worker(bootstrap, topic, tmp_path, old_app):
-    stop = asyncio.Event()
-    producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=30))
-    await asyncio.sleep(1.5)
-    stop.set()
-    await producing
+    await produce_with_faults_for(bootstrap, topic, 1.5, rate=300, fault_every=30)
     old = WorkerProcess("old", bootstrap=bootstrap, topics=[topic], app_id=old_app, workdir=tmp_path)
     try:
         old.start()

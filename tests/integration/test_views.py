@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from kdiv.worker.views import Views
-from tests.harness.broker import exact_end_offsets, produce_with_faults, read_incidents, wait_until_caught_up
+from tests.harness.broker import exact_end_offsets, produce_with_faults_for, read_incidents, wait_until_caught_up
 from tests.harness.http import http_json, wait_for_incidents_read, wait_for_split
 from tests.harness.oracle import incident_differences, oracle
 from tests.harness.processes import WorkerProcess, free_port
@@ -33,11 +33,7 @@ async def two_workers(bootstrap, topic_factory, tmp_path):
         for w in workers:
             w.start()
         await asyncio.gather(*(w.wait_ready() for w in workers))
-        stop = asyncio.Event()
-        producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=15))
-        await asyncio.sleep(3)
-        stop.set()
-        injected = await producing
+        injected = await produce_with_faults_for(bootstrap, topic, 3, rate=300, fault_every=15)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=workers, timeout=90)
         yield topic, app_id, workers, injected
     finally:

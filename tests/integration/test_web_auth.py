@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from kdiv.config.settings import Settings, SettingsError
-from tests.harness.broker import produce_with_faults, wait_until_caught_up
+from tests.harness.broker import produce_with_faults_for, wait_until_caught_up
 from tests.harness.http import http_json, wait_for_split
 from tests.harness.processes import WorkerProcess, free_port
 
@@ -72,11 +72,7 @@ async def two_workers(bootstrap, topic_factory, tmp_path):
         for w in workers:
             w.start()
         await asyncio.gather(*(w.wait_ready() for w in workers))
-        stop = asyncio.Event()
-        producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=200, fault_every=1000))
-        await asyncio.sleep(2)
-        stop.set()
-        await producing
+        await produce_with_faults_for(bootstrap, topic, 2, rate=200, fault_every=1000)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=workers, timeout=90)
         yield topic, workers
     finally:

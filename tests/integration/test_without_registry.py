@@ -9,18 +9,14 @@ import aiohttp
 
 from kdiv.dev.registry.process import DevRegistryProcess
 from kdiv.state.framing import unframe
-from tests.harness.broker import produce_with_faults, read_incidents, read_table, wait_until_caught_up
+from tests.harness.broker import produce_with_faults_for, read_incidents, read_table, wait_until_caught_up
 from tests.harness.http import http_json
 from tests.harness.oracle import incident_differences, oracle
 from tests.harness.processes import WorkerProcess, free_port
 
 
 async def produce(bootstrap: str, topic: str, seconds: float, seed: int = 0) -> None:
-    stop = asyncio.Event()
-    producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=20, seed=seed))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await producing
+    await produce_with_faults_for(bootstrap, topic, seconds, rate=300, fault_every=20, seed=seed)
 
 
 async def test_a_worker_without_a_registry_validates_and_keeps_its_state(bootstrap, topic_factory, tmp_path):

@@ -13,7 +13,7 @@ import asyncio
 import uuid
 
 from kdiv.writer import DivWriter
-from tests.harness.broker import produce_with_faults, read_incidents, wait_until_caught_up
+from tests.harness.broker import produce_with_faults, produce_with_faults_for, read_incidents, wait_until_caught_up
 from tests.harness.oracle import incident_differences, oracle
 from tests.harness.processes import WorkerProcess
 
@@ -32,11 +32,7 @@ async def test_exactly_once_worker_runs_commits_and_reports_the_faults(bootstrap
     try:
         worker.start()
         await worker.wait_ready()
-        stop = asyncio.Event()
-        producing = asyncio.create_task(produce_with_faults(bootstrap, topic, stop, rate=300, fault_every=25))
-        await asyncio.sleep(2)
-        stop.set()
-        await producing
+        await produce_with_faults_for(bootstrap, topic, 2, rate=300, fault_every=25)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
         expected = await oracle(bootstrap, topic)
         assert expected.verdicts()["MISSING"] >= 1
