@@ -14,7 +14,7 @@ import click
 
 from kdiv import __version__
 from kdiv.div.faults import Verdict
-from kdiv.div.validator import DISABLED, DataIntegrityValidator, TopicPolicy
+from kdiv.div.validator import DEFAULT_WINDOW, DISABLED, DataIntegrityValidator, Semantics, TopicPolicy
 from kdiv.offline.jsonl import InputError, parse_record, result_to_line
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -74,6 +74,24 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
         raise click.ClickException(f"Kafka at {bootstrap}: {failure_text(failed)}") from None
 
 
+def semantics_options(command):
+    """--semantics and --seq-window, for the commands that validate."""
+    command = click.option(
+        "--seq-window",
+        type=click.IntRange(min=0, max=65535),
+        default=DEFAULT_WINDOW,
+        show_default=True,
+        help="Recent seqs per producer whose CRCs tell DUPLICATE from DIVERGENT (exact semantics).",
+    )(command)
+    return click.option(
+        "--semantics",
+        type=click.Choice([s.value for s in Semantics]),
+        default=Semantics.EXACT.value,
+        show_default=True,
+        help="exact: LATE and DIVERGENT told from DUPLICATE, one gap named once; venice: Venice's verdicts.",
+    )(command)
+
+
 @main.command()
 @click.argument("source", type=click.File("rb"), default="-")
 @click.option(
@@ -96,7 +114,16 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
     help="Expire producers idle this long (data-relative), as if state were saved after every record.",
 )
 @click.option("--now", "now_ms", type=int, default=None, help="The clock, ms since epoch (default: wall clock).")
-def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | None, now_ms: int | None) -> None:
+@semantics_options
+def check(
+    source,
+    phase: str,
+    compaction_lag_ms: int | None,
+    max_age_ms: int | None,
+    now_ms: int | None,
+    semantics: str,
+    seq_window: int,
+) -> None:
     """Validate a recorded stream (JSON Lines, as `kdiv dump` writes) from SOURCE or stdin.
 
     Prints one verdict per record, in input order, and a summary to stderr. Exits 0 when every
@@ -107,6 +134,8 @@ def check(source, phase: str, compaction_lag_ms: int | None, max_age_ms: int | N
         lambda topic: policy,
         start_in_push=phase == "push",
         max_age_ms=DISABLED if max_age_ms is None else max_age_ms,
+        semantics=Semantics(semantics),
+        window=seq_window,
     )
     name = "<stdin>" if source.name == "<stdin>" else source.name
     verdicts: Counter[Verdict] = Counter()
@@ -169,7 +198,8 @@ def dump(topic: str, bootstrap: str, partitions: tuple[int, ...], output) -> Non
     show_default=True,
     help="Phase every partition starts in.",
 )
-def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
+@semantics_options
+def validate(topic: str, bootstrap: str, from_end: bool, phase: str, semantics: str, seq_window: int) -> None:
     """Validate TOPIC live with a plain consumer, printing every fault as a JSON line.
 
     Keeps no state across runs and reads every partition itself: a quick look at a topic.
@@ -177,7 +207,7 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str) -> None:
     from kdiv.kafka.consume import follow
     from kdiv.offline.jsonl import result_to_line
 
-    validator = DataIntegrityValidator(start_in_push=phase == "push")
+    validator = DataIntegrityValidator(start_in_push=phase == "push", semantics=Semantics(semantics), window=seq_window)
     security = kafka_security()
 
     async def run() -> None:

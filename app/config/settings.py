@@ -16,6 +16,7 @@ from kdiv.config.security import PLAINTEXT, KafkaSecurity
 
 GUARANTEES = ("at_least_once", "exactly_once")
 PHASES = ("stream", "push")
+SEMANTICS = ("exact", "venice")
 STRATEGIES = ("topic", "record", "topic_record")
 
 
@@ -83,6 +84,10 @@ class Settings:
     # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
     compaction_lag_ms: Mapping[str, int] = field(default_factory=dict)
     max_age_ms: int = -1
+    # "exact" (LATE, DIVERGENT, one incident per gap, log rewinds) or Venice's verdicts alone.
+    semantics: str = "exact"
+    # Recent seqs per producer whose CRCs tell DUPLICATE from DIVERGENT (8 bytes each).
+    seq_window: int = 16
     incident_topic: str = ""
     initial_phase: str = "stream"
     # Takeover after a worker dies takes about two session timeouts; see README.
@@ -143,6 +148,8 @@ class Settings:
             processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
             compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
             max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),
+            semantics=env.choice("SEMANTICS", SEMANTICS, cls.semantics),
+            seq_window=env.int("SEQ_WINDOW", cls.seq_window, minimum=0),
             incident_topic=env.str("INCIDENT_TOPIC", ""),
             initial_phase=env.choice("INITIAL_PHASE", PHASES, cls.initial_phase),
             session_timeout_s=env.float("SESSION_TIMEOUT_S", cls.session_timeout_s),

@@ -63,6 +63,7 @@ class Gap:
     # contiguous seqs merged; `arrived_unplaced` counts arrivals past MAX_ARRIVED_RUNS runs.
     arrived: list[list[int]] = field(default_factory=list)
     arrived_unplaced: int = 0
+    fatal: bool = False  # found inside a push
 
     @property
     def size(self) -> int:
@@ -108,6 +109,7 @@ class Gap:
             self.last_judged_offset,
             tuple((lo, hi, first, last) for lo, hi, first, last in self.arrived),
             self.arrived_count,
+            self.fatal,
         )
 
 
@@ -123,6 +125,7 @@ class GapReport(NamedTuple):
     last_judged_offset: int
     arrived: tuple[tuple[int, int, int, int], ...]  # (first seq, last seq, first offset, last offset)
     arrived_count: int
+    fatal: bool
 
     @property
     def size(self) -> int:
@@ -205,6 +208,7 @@ class GapLog:
                     g.judged,
                     g.last_judged_offset,
                     g.arrived_unplaced,
+                    g.fatal,
                     len(g.arrived),
                 )
             )
@@ -217,7 +221,7 @@ class GapLog:
         log = GapLog(segment, high)
         at = _LOG.size
         for _ in range(count):
-            seg, first, last, found_offset, found_seq, judged, last_judged, unplaced, runs = _GAP.unpack_from(
+            seg, first, last, found_offset, found_seq, judged, last_judged, unplaced, fatal, runs = _GAP.unpack_from(
                 packed, at
             )
             at += _GAP.size
@@ -225,12 +229,14 @@ class GapLog:
             for _ in range(runs):
                 arrived.append(list(_RUN.unpack_from(packed, at)))
                 at += _RUN.size
-            log.gaps.append(Gap(seg, first, last, found_offset, found_seq, judged, last_judged, arrived, unplaced))
+            log.gaps.append(
+                Gap(seg, first, last, found_offset, found_seq, judged, last_judged, arrived, unplaced, bool(fatal))
+            )
         return log
 
 
 _LOG = struct.Struct("<qqB")
-_GAP = struct.Struct("<qqqqqqqqB")
+_GAP = struct.Struct("<qqqqqqqq?B")
 _RUN = struct.Struct("<qqqq")
 
 

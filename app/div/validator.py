@@ -350,7 +350,9 @@ class DataIntegrityValidator:
         if seen is not None and after is not None:
             if after is not before:  # a new segment: the producer's gaps go on with it
                 after.gaps = cast(Segment, before).gaps
-            verdict, detail, gap = self._judge_exactly(seen, after, header, crc, record.offset, verdict, detail)
+            verdict, detail, gap = self._judge_exactly(
+                seen, after, header, crc, record.offset, verdict, detail, inside_push
+            )
 
         if is_push_marker and venice_verdict is not Verdict.DUPLICATE:
             part.in_push = kind == Kind.START_OF_PUSH
@@ -371,6 +373,7 @@ class DataIntegrityValidator:
         offset: int,
         verdict: Verdict,
         detail: str,
+        inside_push: bool,
     ) -> tuple[Verdict, str, GapReport | None]:
         """The exact verdict on a record Venice's rule judged `verdict`, and the producer's
         exact state (`state`, after Venice's rule) updated by it."""
@@ -427,7 +430,7 @@ class DataIntegrityValidator:
             if verdict is Verdict.MISSING:
                 if gaps is None:
                     gaps = state.gaps = GapLog(segment, seen.high)
-                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq)
+                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq, fatal=inside_push)
                 gaps.add(gap)
         elif segment < state.segment_number and verdict is Verdict.DUPLICATE:
             detail += " (an earlier segment: not compared)"

@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 
+from kdiv.div.exact import GapReport
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import ValidationResult
 
@@ -110,6 +111,20 @@ def result_to_line(result: ValidationResult) -> str:
             "seq": result.seq,
             "fatal": result.fatal,
             "detail": result.detail,
+            **({} if result.gap is None else {"gap": _gap_fields(result.gap)}),
         },
         separators=(",", ":"),
     )
+
+
+def _gap_fields(gap: GapReport) -> dict:
+    """The gap a MISSING or LATE record belongs to (exact semantics), as it stands after it."""
+    return {
+        "segment": gap.segment,
+        "first": gap.first,
+        "last": gap.last,
+        "found_offset": gap.found_offset,
+        "judged_after": gap.judged,
+        "arrived": gap.arrived_count,
+        "resolved": gap.resolved,
+    }

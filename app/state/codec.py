@@ -72,6 +72,7 @@ _PRODUCER_STATE = {
                                         {"name": "judged", "type": "long"},
                                         {"name": "lastJudgedOffset", "type": "long"},
                                         {"name": "arrivedUnplaced", "type": "long"},
+                                        {"name": "fatal", "type": "boolean", "default": False},
                                         {
                                             "name": "arrived",
                                             "type": {
@@ -253,6 +254,7 @@ def _gap_log_fields(log: GapLog) -> dict:
                 "judged": g.judged,
                 "lastJudgedOffset": g.last_judged_offset,
                 "arrivedUnplaced": g.arrived_unplaced,
+                "fatal": g.fatal,
                 "arrived": [
                     {"firstSeq": lo, "lastSeq": hi, "firstOffset": first, "lastOffset": last}
                     for lo, hi, first, last in g.arrived
@@ -277,6 +279,7 @@ def _gap_log_of(fields: dict) -> GapLog:
                 g["lastJudgedOffset"],
                 [[r["firstSeq"], r["lastSeq"], r["firstOffset"], r["lastOffset"]] for r in g["arrived"]],
                 g["arrivedUnplaced"],
+                g["fatal"],
             )
         )
     return log

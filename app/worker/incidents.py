@@ -78,9 +78,11 @@ class Incident:
     def to_json(self) -> dict:
         """The incident as the views show it."""
         fields = asdict(self)
-        if self.schema_id is None:  # DIV incidents keep their original shape
-            for name in ("schema_id", "message_field", "expected_subject", "registered_subjects", "resolved_at_ms"):
+        if self.schema_id is None:  # DIV incidents keep their original shape (and a gap's resolution)
+            for name in ("schema_id", "message_field", "expected_subject", "registered_subjects"):
                 del fields[name]
+            if self.resolved_at_ms is None:
+                del fields["resolved_at_ms"]
         return fields
 
     @property
@@ -155,8 +157,37 @@ def rewind_incident(rewind: Rewind, detected_at_ms: int) -> Incident:
     )
 
 
+def incidents_for(result: ValidationResult, detected_at_ms: int) -> list[Incident]:
+    """The incidents a verdict raises or updates: none for OK and UNTRACKED records; for a
+    record of a gap (exact semantics), the gap's one MISSING incident as it stands now, and
+    first the record's own when it is not MISSING (a LATE or late CORRUPT record)."""
+    own = incident_for(result, detected_at_ms)
+    gap = result.gap
+    if gap is None or result.guid is None:
+        return [] if own is None else [own]
+    record = result.record
+    missing = Incident(
+        topic=record.topic,
+        partition=record.partition,
+        producer=result.guid.hex(),
+        segment=gap.segment,
+        seq=gap.first,
+        verdict=Verdict.MISSING.value,
+        offset=gap.found_offset,
+        severity="fatal" if gap.fatal else "warning",
+        detail=gap.describe(),
+        record_timestamp_ms=record.timestamp,
+        detected_at_ms=detected_at_ms,
+        resolved_at_ms=detected_at_ms if gap.resolved else None,
+    )
+    if result.verdict is Verdict.MISSING or own is None:
+        return [missing]
+    return [own, missing]
+
+
 def incident_for(result: ValidationResult, detected_at_ms: int) -> Incident | None:
-    """The incident a verdict raises, or None for OK and UNTRACKED records."""
+    """The incident of a verdict on its own (one per record), or None for OK and UNTRACKED
+    records; `incidents_for` gives a gap's records one incident."""
     if result.verdict in NOT_FAULTS:
         return None
     record = result.record

@@ -31,7 +31,7 @@ from faust.types import TP, EventT
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
 from kdiv.div.record import FetchedRecord, consumed
-from kdiv.div.validator import DataIntegrityValidator, TopicPolicy, ValidationResult
+from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.kafka.tansu import enable_tansu_producer_ids
@@ -56,7 +56,7 @@ from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
     RecentIncidents,
-    incident_for,
+    incidents_for,
     rewind_incident,
     schema_incident,
 )
@@ -119,6 +119,8 @@ class ValidationWorker:
                 lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
                 start_in_push=settings.initial_phase == "push",
                 max_age_ms=settings.max_age_ms,
+                semantics=Semantics(settings.semantics),
+                window=settings.seq_window,
             ),
             self.values,
             ledger_topics=frozenset(t.name for t in cluster.topics if t.compaction_lag_ms is not None),
@@ -155,6 +157,8 @@ class ValidationWorker:
         self._watch: dict[tuple[str, int], set[bytes]] = {}
         self._framed: dict[tuple[str, int, str, int], list[int]] = {}
         self.topic_ids = TopicIds(settings)
+        # Venice's semantics knows no log rewinds: its verdicts alone, as Venice gives them.
+        self.detects_rewinds = settings.semantics == "exact"
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -407,7 +411,7 @@ class ValidationWorker:
         ]
         if not loaded:
             return
-        ids = await self.topic_ids.current({t for t, _ in loaded})
+        ids = await self.topic_ids.current({t for t, _ in loaded}) if self.detects_rewinds else {}
         for topic, partition in loaded:
             if topic in ids:
                 self.live.check_topic_id(topic, partition, ids[topic])
@@ -426,7 +430,7 @@ class ValidationWorker:
         the old one. Its unflushed work is dropped, its state loaded again as saved, the
         rewind reported, and the partition read again from the new log's beginning."""
         topics = {t for t, _ in self._unflushed}
-        if not topics:
+        if not topics or not self.detects_rewinds:
             return
         ids = await self.topic_ids.current(topics)
         restart = []
@@ -452,6 +456,8 @@ class ValidationWorker:
 
     def _check_high_watermarks(self) -> None:
         """A partition whose log now ends below an offset already validated was truncated."""
+        if not self.detects_rewinds:
+            return
         for (topic, partition), part in list(self.live.validator.partitions.items()):
             highwater = self._highwater(topic, partition)
             if highwater is not None and highwater <= part.last_offset:
@@ -519,10 +525,10 @@ class ValidationWorker:
         """Incidents for `results` (then emptied), pending until their unit is written."""
         observed = self._observed
         for result in results:
-            incident = incident_for(result, now)
-            observed.append((result, incident))
-            if incident is not None:
-                self._pending.setdefault(key, []).append(incident)
+            incidents = incidents_for(result, now)
+            observed.append((result, incidents[0] if incidents else None))
+            if incidents:
+                self._pending.setdefault(key, []).extend(incidents)
         results.clear()
 
     async def flush(self) -> None:

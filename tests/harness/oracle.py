@@ -12,7 +12,7 @@ from kdiv.kafka.consume import read_snapshot
 from kdiv.state.codec import decode_partition, decode_segment
 from kdiv.state.framing import unframe
 from kdiv.state.tables import parse_key
-from kdiv.worker.incidents import Incident, incident_for
+from kdiv.worker.incidents import Incident, incidents_for
 
 
 def comparable(incident: Incident) -> tuple[str, str, int]:
@@ -48,8 +48,7 @@ async def oracle(bootstrap: str, topic: str) -> Oracle:
     records = 0
     async for record in read_snapshot(bootstrap, topic):
         records += 1
-        incident = incident_for(validator.validate(record, time.time_ns() // 1_000_000), 0)
-        if incident is not None:
+        for incident in incidents_for(validator.validate(record, time.time_ns() // 1_000_000), 0):
             incidents[incident.key] = comparable(incident)
             versions[incident.key].add(comparable(incident))
     return Oracle(incidents, dict(versions), dict(validator.partitions), records)

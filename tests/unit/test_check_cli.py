@@ -189,3 +189,29 @@ def test_every_subcommand_has_help():
         result = runner.invoke(main, [*command, "--help"])
         assert result.exit_code == 0, (command, result.output)
         assert "Usage:" in result.output
+
+
+def test_semantics_option_gives_venices_verdicts_or_the_exact_ones(tmp_path):
+    log = Log("orders")
+    st = DivStamper(GUID_A)
+    out = [r for i in range(4) for r in st.data("orders", 0, b"k%d" % i, b"v%d" % i, NOW)]  # SOS, seq 1..4
+    out += st.end_segment("orders", 0, False, NOW)
+    records = log.add_outgoing(out[:3] + [out[4], out[3]] + out[5:])  # seq 3 after seq 4
+    path = tmp_path / "reordered.jsonl"
+    path.write_text("".join(record_to_line(r) + "\n" for r in records))
+    code, exact, _ = run_check(path)
+    assert code == 1
+    assert [line["verdict"] for line in exact] == ["OK", "OK", "OK", "MISSING", "LATE", "OK"]
+    assert exact[4]["gap"] == {
+        "segment": 0,
+        "first": 3,
+        "last": 3,
+        "found_offset": 3,
+        "judged_after": 0,
+        "arrived": 1,
+        "resolved": True,
+    }
+    code, venice, _ = run_check(path, "--semantics", "venice")
+    assert code == 1
+    assert [line["verdict"] for line in venice] == ["OK", "OK", "OK", "MISSING", "DUPLICATE", "CORRUPT"]
+    assert all("gap" not in line for line in venice)

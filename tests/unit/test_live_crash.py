@@ -20,7 +20,7 @@ from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
 from kdiv.state.tables import partition_key
-from kdiv.worker.incidents import incident_for
+from kdiv.worker.incidents import incidents_for
 from kdiv.worker.live import LiveValidation
 
 TOPIC = "orders"
@@ -93,9 +93,7 @@ class SimulatedWorker:
                 incidents = []
             result = self.live.process(record, NOW)
             if result is not None:
-                incident = incident_for(result, NOW)
-                if incident is not None:
-                    incidents.append(incident)
+                incidents.extend(incidents_for(result, NOW))
         writes.append(self._flush(incidents))
         for batch in writes:
             log.extend(batch)
