@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from kdiv.div.segment import Segment  # noqa: E402
 from kdiv.div.stamper import DivStamper  # noqa: E402
-from kdiv.div.validator import DataIntegrityValidator, PartitionValidation  # noqa: E402
+from kdiv.div.validator import DEFAULT_WINDOW, DataIntegrityValidator, PartitionValidation  # noqa: E402
 from kdiv.div.wire import ChecksumType  # noqa: E402
 from kdiv.state.tables import partition_key, producer_key  # noqa: E402
 from kdiv.state.values import StateValues  # noqa: E402
@@ -47,7 +47,9 @@ def resident_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def table_items(producer_partitions: int, partitions: int, values: StateValues) -> list[tuple[bytes, bytes]]:
+def table_items(
+    producer_partitions: int, partitions: int, values: StateValues, window: int
+) -> list[tuple[bytes, bytes]]:
     rng = random.Random(7)
     items = [(partition_key(TOPIC, p), values.encode(PartitionValidation())) for p in range(partitions)]
     for i in range(producer_partitions):
@@ -56,6 +58,8 @@ def table_items(producer_partitions: int, partitions: int, values: StateValues) 
         segment.checksum = rng.getrandbits(64)
         segment.last_offset = rng.randrange(1 << 40)
         segment.last_producer_ts = NOW - rng.randrange(86_400_000)
+        if window:  # a full ring of recent CRCs, as the exact semantics keeps
+            segment.recent = [rng.getrandbits(64) for _ in range(window)]
         items.append((producer_key(TOPIC, i % partitions, rng.randbytes(16)), values.encode(segment)))
     return items
 
@@ -65,13 +69,17 @@ def main() -> None:
     parser.add_argument("--producer-partitions", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--max-age-ms", type=int, default=3_600_000)
+    parser.add_argument(
+        "--seq-window", type=int, default=DEFAULT_WINDOW, help="recent CRCs per producer (exact semantics; 0: none)"
+    )
     args = parser.parse_args()
 
     values = StateValues(SCHEMA_ID)
-    items = table_items(args.producer_partitions, args.partitions, values)
+    items = table_items(args.producer_partitions, args.partitions, values, args.seq_window)
     wanted = {(TOPIC, p) for p in range(args.partitions)}
     print(
         f"{args.producer_partitions:,} producer-partitions over {args.partitions} partitions, "
+        f"a ring of {args.seq_window} recent CRCs each, "
         f"{sum(len(k) + len(v) for k, v in items) / len(items):.0f} bytes of key and value each in the table"
     )
 
@@ -83,7 +91,7 @@ def main() -> None:
 
     gc.collect()
     before = resident_bytes()
-    live = LiveValidation(DataIntegrityValidator(max_age_ms=args.max_age_ms), values)
+    live = LiveValidation(DataIntegrityValidator(max_age_ms=args.max_age_ms, window=args.seq_window), values)
     start = time.perf_counter()
     live.load_many(wanted, items)
     load_s = time.perf_counter() - start

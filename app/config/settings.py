@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kdiv.config.env import PREFIX, EnvReader, SettingsError
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.div.validator import DEFAULT_WINDOW
 
 GUARANTEES = ("at_least_once", "exactly_once")
 PHASES = ("stream", "push")
@@ -87,7 +88,7 @@ class Settings:
     # "exact" (LATE, DIVERGENT, one incident per gap, log rewinds) or Venice's verdicts alone.
     semantics: str = "exact"
     # Recent seqs per producer whose CRCs tell DUPLICATE from DIVERGENT (8 bytes each).
-    seq_window: int = 16
+    seq_window: int = DEFAULT_WINDOW
     incident_topic: str = ""
     initial_phase: str = "stream"
     # Takeover after a worker dies takes about two session timeouts; see README.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -28,17 +29,35 @@ MAX_ARRIVED_RUNS = 16
 _SEQ_BITS = 0xFFFFFFFF
 
 
-def new_recent(window: int) -> array | None:
-    """An empty ring for `window` seqs (None when the window is off)."""
-    return array("Q", bytes(8 * window)) if window > 0 else None
+def new_recent(window: int) -> list[int] | None:
+    """An empty ring for `window` seqs (None when the window is off). A list: it is written
+    for every record, and a list's item is set faster than an array's."""
+    return [0] * window if window > 0 else None
 
 
-def remember(recent: array, seq: int, crc: int) -> None:
+def ring_bytes(recent: list[int]) -> bytes:
+    """The ring as little-endian uint64 slots (its packed and saved form)."""
+    ring = array("Q", recent)
+    if sys.byteorder != "little":
+        ring.byteswap()
+    return ring.tobytes()
+
+
+def ring_of(raw: bytes | memoryview) -> list[int]:
+    """The ring `ring_bytes` wrote."""
+    ring = array("Q")
+    ring.frombytes(raw)
+    if sys.byteorder != "little":
+        ring.byteswap()
+    return ring.tolist()
+
+
+def remember(recent: list[int], seq: int, crc: int) -> None:
     """Note that `seq` was seen with `crc`."""
     recent[seq % len(recent)] = (((seq + 1) & _SEQ_BITS) << 32) | crc
 
 
-def recall(recent: array | None, seq: int) -> int | None:
+def recall(recent: list[int] | None, seq: int) -> int | None:
     """The CRC `seq` was seen with, or None when the ring no longer (or never) held it."""
     if not recent:
         return None
@@ -289,5 +308,5 @@ class ProducerState(Protocol):
 
     segment_number: int
     sequence_number: int
-    recent: array | None
+    recent: list[int] | None
     gaps: GapLog | None

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from array import array
 
-from kdiv.div.exact import GapLog
+from kdiv.div.exact import GapLog, ring_bytes, ring_of
 from kdiv.div.faults import DataAfterSegmentEnded
 from kdiv.div.wire import ChecksumType, adhash_add
 
@@ -61,7 +60,7 @@ class Segment:
     )
 
     def __init__(
-        self, segment_number: int, sequence_number: int, checksum_type: ChecksumType, recent: array | None = None
+        self, segment_number: int, sequence_number: int, checksum_type: ChecksumType, recent: list[int] | None = None
     ) -> None:
         self.segment_number = segment_number
         self.checksum_type = checksum_type
@@ -134,7 +133,7 @@ class Segment:
         recent, gaps = self.recent, self.gaps
         if recent is None and gaps is None:
             return fixed
-        ring = b"" if recent is None else recent.tobytes()
+        ring = b"" if recent is None else ring_bytes(recent)
         return b"".join((fixed, _RING_SLOTS.pack(len(ring) // 8), ring, b"" if gaps is None else gaps.pack()))
 
     @staticmethod
@@ -159,8 +158,7 @@ class Segment:
             (slots,) = _RING_SLOTS.unpack_from(packed, at)
             at += _RING_SLOTS.size
             if slots:
-                s.recent = array("Q")
-                s.recent.frombytes(packed[at : at + 8 * slots])
+                s.recent = ring_of(packed[at : at + 8 * slots])
                 at += 8 * slots
             if len(packed) > at:
                 s.gaps = GapLog.unpack(memoryview(packed)[at:])
@@ -172,7 +170,7 @@ class Segment:
         for name in Segment.__slots__:
             setattr(clone, name, getattr(self, name))
         if self.recent is not None:
-            clone.recent = array("Q", self.recent)
+            clone.recent = list(self.recent)
         if self.gaps is not None:
             clone.gaps = GapLog.unpack(self.gaps.pack())
         return clone

@@ -43,7 +43,7 @@ from kdiv.div.wire import (
 
 DISABLED = -1
 # Recent seqs per producer whose CRCs the exact semantics keeps (8 bytes each).
-DEFAULT_WINDOW = 16
+DEFAULT_WINDOW = 8
 _UINT64_MASK = (1 << 64) - 1
 
 

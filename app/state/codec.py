@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import io
 import json
-from array import array
 from typing import Any
 
 import fastavro
 
-from kdiv.div.exact import Gap, GapLog
+from kdiv.div.exact import Gap, GapLog, ring_bytes, ring_of
 from kdiv.div.faults import Verdict
 from kdiv.div.ledger import PACKED_SIZE, KeyValidation, pack_key_validation, unpack_key_validation
 from kdiv.div.segment import Segment
@@ -234,7 +233,7 @@ def encode_segment(segment: Segment) -> bytes:
             "newSegment": segment.new_segment,
             "lastOffset": segment.last_offset,
             "lastProducerTimestamp": segment.last_producer_ts,
-            "recentCrcs": b"" if segment.recent is None else segment.recent.tobytes(),
+            "recentCrcs": b"" if segment.recent is None else ring_bytes(segment.recent),
             "gapLog": None if segment.gaps is None else _gap_log_fields(segment.gaps),
         },
     )
@@ -305,8 +304,7 @@ def _segment_of(fields: dict) -> Segment:
     if ring:
         if len(ring) % 8:
             raise StateDecodeError(f"producer state's recentCrcs is {len(ring)} bytes, not whole 8-byte slots")
-        segment.recent = array("Q")
-        segment.recent.frombytes(ring)
+        segment.recent = ring_of(ring)
     gap_log = fields["gapLog"]
     if gap_log is not None:
         segment.gaps = _gap_log_of(gap_log[1])  # (record name, fields): a union's branch, named

@@ -6,7 +6,7 @@ import pytest
 
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.stamper import DivStamper, OutgoingRecord
-from kdiv.div.validator import DataIntegrityValidator, Semantics
+from kdiv.div.validator import DEFAULT_WINDOW, DataIntegrityValidator, Semantics
 from kdiv.div.wire import HEADER_NAME, Kind
 from kdiv.state.codec import decode_partition, decode_segment, encode_partition, encode_segment
 from kdiv.worker.incidents import incidents_for
@@ -143,7 +143,7 @@ def test_the_exact_state_survives_a_save_and_restore_between_the_loss_and_the_la
     producers = {guid: decode_segment(encode_segment(as_segment(s))) for guid, s in part.tracker.segments.items()}
     saved = producers[GUID_A]
     assert saved.gaps is not None and [(g.first, g.last) for g in saved.gaps.gaps] == [(4, 4)]
-    assert saved.recent is not None and len(saved.recent) == 16
+    assert saved.recent is not None and len(saved.recent) == DEFAULT_WINDOW
     again = DataIntegrityValidator()
     again.restore_partition("t", 0, decode_partition(encode_partition(part)), producers)
     assert names([again.validate(r, NOW) for r in records[5:]]) == ["LATE", "OK", "OK"]
@@ -157,7 +157,9 @@ def test_the_packed_state_keeps_the_ring_and_the_gaps():
     segment = as_segment(v.partition("t", 0).tracker.segments[GUID_A])
     packed = segment.pack()
     assert Segment.unpack(packed) == segment
-    assert len(packed) == len(Segment(0, 0, segment.checksum_type).pack()) + 2 + 8 * 16 + len(segment.gaps.pack())
+    assert len(packed) == len(Segment(0, 0, segment.checksum_type).pack()) + 2 + 8 * DEFAULT_WINDOW + len(
+        segment.gaps.pack()
+    )
 
 
 def test_venice_semantics_keeps_no_exact_state():
