@@ -151,6 +151,15 @@ _KEY_VALIDATION_PACKED = {
 _BRANCHES = [_PARTITION_STATE, _PRODUCER_STATE, _KEY_VALIDATION, _KEY_VALIDATION_PACKED]
 STATE_SCHEMA_JSON = json.dumps(_BRANCHES, separators=(",", ":"))
 STATE_SCHEMA = fastavro.parse_schema(_BRANCHES)
+# State framed without a registry carries ids kdiv numbers itself, one per version of the
+# schema: 0 was the first (before the exact semantics' fields); later versions take ids from
+# 2^31 up, which Confluent's registry never hands out (its ids are positive signed 32-bit
+# ints). Every version's text stays here, frozen, so state written under it is read back.
+# Changing STATE_SCHEMA_JSON means adding its text here under the next id.
+LOCAL_ID_BASE = 1 << 31
+_STATE_SCHEMA_V1_JSON = '[{"type":"record","name":"PartitionState","namespace":"kdiv.state","fields":[{"name":"inPush","type":"boolean"},{"name":"pushFailed","type":"boolean","default":false},{"name":"lastOffset","type":"long","default":-1},{"name":"records","type":"long","default":0},{"name":"verdictCounts","type":{"type":"map","values":"long"},"default":{}},{"name":"checkpointAnchorMs","type":"long","default":-1},{"name":"topicId","type":["null","string"],"default":null}]},{"type":"record","name":"ProducerPartitionState","namespace":"kdiv.state","fields":[{"name":"segmentNumber","type":"long"},{"name":"sequenceNumber","type":"long"},{"name":"checksumType","type":"int"},{"name":"checksum","type":["null","long"],"default":null},{"name":"checksumFinalized","type":"boolean","default":false},{"name":"registered","type":"boolean","default":false},{"name":"started","type":"boolean","default":false},{"name":"ended","type":"boolean","default":false},{"name":"finalSegment","type":"boolean","default":false},{"name":"newSegment","type":"boolean","default":false},{"name":"lastOffset","type":"long","default":-1},{"name":"lastProducerTimestamp","type":"long","default":-1}]},{"type":"record","name":"KeyValidation","namespace":"kdiv.state","fields":[{"name":"offset","type":"long"},{"name":"timestamp","type":"long"},{"name":"crc","type":"long"},{"name":"tombstone","type":"boolean"},{"name":"producer","type":["null","bytes"],"default":null},{"name":"segment","type":["null","long"],"default":null},{"name":"seq","type":["null","long"],"default":null}]},{"type":"record","name":"KeyValidationPacked","namespace":"kdiv.state","doc":"offset i64, timestamp i64, crc u32, flags u8 (1 tombstone, 2 producer, segment, seq present), producer 16 bytes, segment i64, seq i64; little-endian","fields":[{"name":"entry","type":{"type":"fixed","name":"KeyValidationBytes","size":53}}]}]'
+LOCAL_STATE_SCHEMAS: dict[int, str] = {0: _STATE_SCHEMA_V1_JSON, LOCAL_ID_BASE + 2: STATE_SCHEMA_JSON}
+LOCAL_STATE_SCHEMA_ID = LOCAL_ID_BASE + 2  # the current version's
 PARTITION_STATE_NAME = "kdiv.state.PartitionState"
 PRODUCER_STATE_NAME = "kdiv.state.ProducerPartitionState"
 KEY_VALIDATION_NAME = "kdiv.state.KeyValidation"

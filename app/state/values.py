@@ -16,6 +16,8 @@ from kdiv.div.ledger import KeyValidation
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
 from kdiv.state.codec import (
+    LOCAL_STATE_SCHEMA_ID,
+    LOCAL_STATE_SCHEMAS,
     PACKED_KEY_VALIDATION_BRANCH,
     STATE_SCHEMA,
     STATE_SCHEMA_JSON,
@@ -27,6 +29,10 @@ from kdiv.state.codec import (
 )
 from kdiv.state.framing import FramingError, frame, unframe
 
+_LOCAL_WRITERS: dict[int, object] = {
+    schema_id: fastavro.parse_schema(json.loads(text)) for schema_id, text in LOCAL_STATE_SCHEMAS.items()
+}
+
 
 def changelog_subject(changelog_topic: str) -> str:
     """The subject a TopicNameStrategy serializer of the changelog's values uses."""
@@ -36,14 +42,19 @@ def changelog_subject(changelog_topic: str) -> str:
 class StateValues:
     def __init__(self, schema_id: int, writer_schemas: Mapping[int, object] | None = None) -> None:
         self.schema_id = schema_id
-        self._writers: dict[int, object] = {schema_id: STATE_SCHEMA, **(writer_schemas or {})}
+        # kdiv's own versions first (ids no registry hands out), then the registry's.
+        self._writers: dict[int, object] = {
+            **_LOCAL_WRITERS,
+            schema_id: STATE_SCHEMA,
+            **(writer_schemas or {}),
+        }
         self._packed_key_validation_prefix: bytes | None = None  # made at the first use
 
     @classmethod
     def unregistered(cls) -> StateValues:
-        """Values framed with id 0, which no registry hands out: for state that never
-        leaves the process (checks, tests, benchmarks)."""
-        return cls(0)
+        """Values framed with kdiv's own id of the current schema, which no registry hands
+        out: for a worker without a registry, and state that never leaves the process."""
+        return cls(LOCAL_STATE_SCHEMA_ID)
 
     def use(self, schema_id: int) -> None:
         """Write with `schema_id` from now on (the id the registry gave the state schema)."""

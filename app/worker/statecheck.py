@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from kdiv.registry.client import RegistryError, RegistryUnavailable, SchemaRegistry
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SchemaLookups, judge
+from kdiv.state.codec import LOCAL_STATE_SCHEMA_ID
 from kdiv.state.values import STATE_SCHEMA_JSON, StateValues, changelog_subject
 
 log = logging.getLogger("kdiv.statecheck")
@@ -172,10 +173,6 @@ class StateSchemaCheck:
                 )
                 resolved.append(finding)
         return resolved
-
-
-# Without a registry the state is framed with id 0, which no registry hands out.
-LOCAL_STATE_SCHEMA_ID = 0
 
 
 async def register_state_schema(

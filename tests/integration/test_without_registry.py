@@ -8,6 +8,7 @@ import uuid
 import aiohttp
 
 from kdiv.dev.registry.process import DevRegistryProcess
+from kdiv.state.codec import LOCAL_STATE_SCHEMA_ID
 from kdiv.state.framing import unframe
 from tests.harness.broker import produce_with_faults_for, read_incidents, read_table, wait_until_caught_up
 from tests.harness.http import http_json
@@ -41,9 +42,9 @@ async def test_a_worker_without_a_registry_validates_and_keeps_its_state(bootstr
         assert status == 200 and isinstance(health, dict), health
         assert health["status"] == "ready"
         assert health["schema_registry"]["configured"] is False
-        assert health["schema_registry"]["state_schema_id"] == 0
+        assert health["schema_registry"]["state_schema_id"] == LOCAL_STATE_SCHEMA_ID
         table = await read_table(bootstrap, app_id, 2)
-        assert table and {unframe(value)[0] for value in table.values()} == {0}
+        assert table and {unframe(value)[0] for value in table.values()} == {LOCAL_STATE_SCHEMA_ID}
 
         # Restarted, it reads its own state back: more records, still exactly the oracle's faults.
         worker.terminate()

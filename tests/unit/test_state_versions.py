@@ -1,0 +1,71 @@
+"""State framed without a registry: kdiv's own numbered versions of the state schema, each
+read back after the schema moved on."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import fastavro
+
+from kdiv.div.segment import Segment
+from kdiv.div.wire import ChecksumType
+from kdiv.state.codec import LOCAL_ID_BASE, LOCAL_STATE_SCHEMA_ID, LOCAL_STATE_SCHEMAS, STATE_SCHEMA_JSON
+from kdiv.state.framing import frame, unframe
+from kdiv.state.values import StateValues
+
+# The current schema's fingerprint: when it changes, the new text needs an id of its own in
+# LOCAL_STATE_SCHEMAS (state already written under the old id must still decode).
+CURRENT_FINGERPRINT = "0c6c812bc5981bc7ff9f98694488439a9d9430af2fd9e8b047458f2d90d429f8"
+
+
+def test_the_current_schema_has_its_own_local_id():
+    assert LOCAL_STATE_SCHEMAS[LOCAL_STATE_SCHEMA_ID] == STATE_SCHEMA_JSON
+    assert hashlib.sha256(STATE_SCHEMA_JSON.encode()).hexdigest() == CURRENT_FINGERPRINT, (
+        "the state schema changed: add its text to LOCAL_STATE_SCHEMAS under the next id"
+    )
+    # No registry hands these ids out: Confluent's are positive signed 32-bit ints.
+    assert all(i == 0 or LOCAL_ID_BASE <= i < 1 << 32 for i in LOCAL_STATE_SCHEMAS)
+    assert len(set(LOCAL_STATE_SCHEMAS.values())) == len(LOCAL_STATE_SCHEMAS)
+
+
+def test_state_written_under_the_first_version_is_read_by_the_current_one():
+    v1 = fastavro.parse_schema(json.loads(LOCAL_STATE_SCHEMAS[0]))
+    out = io.BytesIO()
+    fields = {
+        "segmentNumber": 3,
+        "sequenceNumber": 41,
+        "checksumType": int(ChecksumType.ADHASH),
+        "checksum": 12345,
+        "checksumFinalized": False,
+        "registered": True,
+        "started": True,
+        "ended": False,
+        "finalSegment": False,
+        "newSegment": False,
+        "lastOffset": 900,
+        "lastProducerTimestamp": 1_700_000_000_000,
+    }
+    fastavro.schemaless_writer(out, v1, ("kdiv.state.ProducerPartitionState", fields))
+    values = StateValues.unregistered()
+    segment = values.decode(frame(0, out.getvalue()))
+    assert isinstance(segment, Segment)
+    assert (segment.segment_number, segment.sequence_number, segment.checksum, segment.last_offset) == (
+        3,
+        41,
+        12345,
+        900,
+    )
+    assert segment.recent is None and segment.gaps is None  # fields the first version did not have
+
+
+def test_state_written_now_is_framed_with_the_current_local_id_and_reads_back():
+    values = StateValues.unregistered()
+    segment = Segment(2, 7, ChecksumType.ADHASH, [0] * 8)
+    segment.started = segment.registered = True
+    raw = values.encode(segment)
+    assert unframe(raw)[0] == LOCAL_STATE_SCHEMA_ID
+    assert values.decode(raw) == segment
+    # A worker with a registry reads it too (the local versions are always known).
+    assert StateValues(17).decode(raw) == segment
