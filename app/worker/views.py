@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
 from importlib import resources
@@ -48,8 +49,34 @@ class BadRequest(Exception):
     """A query parameter the view cannot take; answered 400."""
 
 
-def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
-    """A producer's state as the views show it."""
+@dataclass(slots=True)
+class ProducerFaults:
+    """A producer's incidents among those a worker holds: how many of each class, and when."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    first_ms: int | None = None
+    last_ms: int | None = None
+
+    def add(self, incident) -> None:
+        self.counts[incident.verdict] = self.counts.get(incident.verdict, 0) + 1
+        at = incident.detected_at_ms
+        self.first_ms = at if self.first_ms is None else min(self.first_ms, at)
+        self.last_ms = at if self.last_ms is None else max(self.last_ms, at)
+
+
+def faults_by_producer(incidents) -> dict[tuple[str, int, str], ProducerFaults]:
+    """(topic, partition, producer hex) -> its incidents' counts and times."""
+    found: dict[tuple[str, int, str], ProducerFaults] = {}
+    for incident in incidents:
+        if incident.producer != NO_PRODUCER:
+            key = (incident.topic, incident.partition, incident.producer)
+            found.setdefault(key, ProducerFaults()).add(incident)
+    return found
+
+
+def producer_json(topic: str, partition: int, guid: bytes, segment, faults: ProducerFaults | None = None) -> dict:
+    """A producer's state as the views show it, with its incidents among those the worker holds."""
+    faults = faults or ProducerFaults()
     return {
         "topic": topic,
         "partition": partition,
@@ -62,6 +89,11 @@ def producer_json(topic: str, partition: int, guid: bytes, segment) -> dict:
         "last_offset": segment.last_offset,
         "last_producer_timestamp_ms": segment.last_producer_ts,
         "last_producer_time": iso_time(segment.last_producer_ts),
+        "incidents": dict(sorted(faults.counts.items())),
+        "first_incident_ms": faults.first_ms,
+        "first_incident_time": iso_time(faults.first_ms),
+        "last_incident_ms": faults.last_ms,
+        "last_incident_time": iso_time(faults.last_ms),
     }
 
 
@@ -231,6 +263,7 @@ class Views:
             except ValueError:
                 raise BadRequest(f"producer {guid!r} is not a hex GUID") from None
         items = []
+        faults = faults_by_producer(self.worker.recent.newest_first())
         for (t, p), part in sorted(self.worker.live.validator.partitions.items()):
             if (topic is not None and t != topic) or (partition is not None and p != partition):
                 continue
@@ -240,7 +273,7 @@ class Views:
                 segment = as_segment(state)
                 if status is not None and segment.status.name != status:
                     continue
-                items.append(producer_json(t, p, g, segment))
+                items.append(producer_json(t, p, g, segment, faults.get((t, p, g.hex()))))
         return items
 
     def partition(self, topic: str, partition: int) -> dict | None:

@@ -50,7 +50,8 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
             await wait_for_incidents_read(session, worker, await exact_end_offsets(bootstrap, f"{app_id}-incidents"))
             _, incidents = await http_json(session, "GET", f"{worker.url}/incidents/?limit=200")
             _, partitions = await http_json(session, "GET", f"{worker.url}/partitions/")
-        assert isinstance(incidents, dict) and isinstance(partitions, dict)
+            _, producers = await http_json(session, "GET", f"{worker.url}/producers/")
+        assert isinstance(incidents, dict) and isinstance(partitions, dict) and isinstance(producers, dict)
         verdicts = sorted(i["verdict"] for i in incidents["items"])
         assert "MISSING" in verdicts and len(set(verdicts)) >= 2
 
@@ -73,6 +74,15 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                     "rows => rows.map(r => [r.cells[1].textContent, r.cells[4].textContent])"
                 )
                 assert listed == [[str(p["partition"]), str(p["records"])] for p in partitions["items"]]
+                # Each producer with its incidents by class.
+                faults = await page.locator("#producers tbody tr").evaluate_all(
+                    "rows => rows.map(r => [r.cells[0].textContent, r.cells[2].textContent, r.cells[8].textContent])"
+                )
+                assert faults == [
+                    [p["producer"], str(p["partition"]), ", ".join(f"{k} {n}" for k, n in p["incidents"].items())]
+                    for p in producers["items"]
+                ]
+                assert any(text for _, _, text in faults)
                 reconcile = await page.locator("#reconcile").inner_text()
                 assert reconcile.startswith("run 20261124T000000Z: discrepancies"), reconcile
                 counts = await page.locator("#reconcile-counts tbody tr").evaluate_all(

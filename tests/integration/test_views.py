@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections import Counter
 from types import SimpleNamespace
 
 import aiohttp
@@ -95,6 +96,24 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         # Filters: by partition, class, producer, severity and time (ms or ISO 8601).
         status, everything = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=1000")
         all_items = everything["items"]
+
+        # Each producer's incident counts and times are those of its incidents, from any worker.
+        status, listed = await http_json(session, "GET", f"{workers[1].url}/producers/?topic={topic}")
+        assert status == 200
+        with_faults = 0
+        for item in listed["items"]:
+            mine = [
+                i
+                for i in all_items
+                if (i["topic"], i["partition"], i["producer"]) == (item["topic"], item["partition"], item["producer"])
+            ]
+            assert item["incidents"] == dict(sorted(Counter(i["verdict"] for i in mine).items())), item
+            times = [i["detected_at_ms"] for i in mine]
+            assert (item["first_incident_ms"], item["last_incident_ms"]) == (
+                (min(times), max(times)) if times else (None, None)
+            )
+            with_faults += bool(mine)
+        assert with_faults >= 1
         some = next(i for i in all_items if i["producer"] is not None)
         for query, keep in (
             (f"partition={some['partition']}", lambda i: i["partition"] == some["partition"]),
