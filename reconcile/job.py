@@ -273,9 +273,10 @@ class Reconciliation:
                     writer_schemas[schema_id] = text
             state = decoded_state(changelog_records, writer_schemas).persist(StorageLevel.MEMORY_AND_DISK)
             view = at_rest_view(read(topics)).persist(StorageLevel.MEMORY_AND_DISK)
-            records_read = {
-                r["topic"]: r["n"] for r in view.groupBy("topic").agg(F.count(F.lit(1)).alias("n")).collect()
-            }
+            records_read, changelog_records_read = (
+                {r["topic"]: r["n"] for r in frame.groupBy("topic").agg(F.count(F.lit(1)).alias("n")).collect()}
+                for frame in (view, changelog_records)
+            )
             latest = latest_per_key(keyed_data(view.where(F.col("topic").isin(compacted))))
             key_findings = compare_keys(latest, state, compacted)
             sequences, behind = compare_sequences(highest_sequences(view), state, compacted)
@@ -285,7 +286,7 @@ class Reconciliation:
                 F.col("changelog").alias("topic"),
                 F.col("changelog_partition").alias("partition"),
                 F.col("changelog_offset").alias("offset"),
-                F.lit(None).cast("binary").alias("key"),
+                F.col("key"),
                 F.lit(None).cast("string").alias("producer"),
                 F.lit(None).cast("long").alias("segment"),
                 F.lit(None).cast("long").alias("seq"),
@@ -302,6 +303,8 @@ class Reconciliation:
                 self._repair(schema_findings)
             stats = {
                 "records_read": records_read,
+                # Findings on a changelog (values the job cannot read) count against these.
+                "changelog_records_read": changelog_records_read,
                 "state": {k: state_kinds.get(k, 0) for k in ("partition", "producer", "key", UNREADABLE, UNDECODED)},
                 "registry": (
                     f"replayed from {self.args.schemas_topic}"

@@ -624,10 +624,11 @@ def _render_report(
 
     body.append("<h2>Findings by topic and class</h2>")
     records_read = summary.get("records_read") or {}
+    changelog_records_read = summary.get("changelog_records_read") or {}
     topic_rows = []
     for topic in sorted(by_topic):
         per_class = by_topic[topic]
-        read = records_read.get(topic)
+        read = records_read.get(topic, changelog_records_read.get(topic))
         topic_rows.append(
             (
                 f"<code>{_e(topic)}</code>",

@@ -48,7 +48,9 @@ STATE_ROWS = StructType(
         # The watched topic and partition the state is about.
         StructField("topic", StringType(), True),
         StructField("partition", IntegerType(), True),
-        StructField("key", BinaryType(), True),  # the record key, for key ledger rows
+        # The record key, for key ledger rows; the changelog record's own key, for values
+        # the job cannot read (so a finding names the entry).
+        StructField("key", BinaryType(), True),
         StructField("producer", StringType(), True),
         StructField("segment", LongType(), True),
         StructField("seq", LongType(), True),
@@ -110,11 +112,12 @@ def _decode_row(entry: dict, values, usable: set[int]) -> dict:
     try:
         schema_id, _body = unframe(raw)
     except FramingError as bad:
-        return _row(UNDECODED, entry, error=f"value is not Confluent-framed: {bad}")
+        return _row(UNDECODED, entry, key=raw_key, error=f"value is not Confluent-framed: {bad}")
     if schema_id not in usable:
         return _row(
             UNDECODED,
             entry,
+            key=raw_key,
             schema_id=schema_id,
             error=f"schema id {schema_id} has no writer schema (unknown to the registry)",
         )
@@ -162,11 +165,12 @@ def _decode_row(entry: dict, values, usable: set[int]) -> dict:
         return _row(
             UNREADABLE,
             entry,
+            key=raw_key,
             schema_id=schema_id,
             error=f"key {raw_key!r} holds a {type(state).__name__}, not what the key names",
         )
     except (StateDecodeError, ValueError) as bad:
-        return _row(UNREADABLE, entry, schema_id=schema_id, error=str(bad))
+        return _row(UNREADABLE, entry, key=raw_key, schema_id=schema_id, error=str(bad))
 
 
 def _arrow_type(spark_type):

@@ -230,6 +230,9 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     assert "<svg" in html and "SUBJECT_MISMATCH" in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # self-contained
     assert "kdiv_reconcile_status 1.0" in (report / "kdiv_reconcile.prom").read_text()
+    # The changelog's findings are counted against the records read of it.
+    assert summary["changelog_records_read"][changelog] == len(changelog_records)
+    assert f'<tr><td><code>{changelog}</code></td><td class="num">{len(changelog_records):,}</td>' in html
 
     # The same snapshot again (in process): the same findings and summary.
     code, again, _ = reconcile_in_process(
