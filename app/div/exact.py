@@ -178,7 +178,8 @@ class GapReport(NamedTuple):
 
 @dataclass(slots=True)
 class GapLog:
-    """A producer's gaps reported MISSING, and the highest seq seen of `segment`."""
+    """A producer's gaps reported MISSING, and the furthest (segment, seq) it was seen at when
+    that is past Venice's state (inside a push, after a fault) or in it."""
 
     segment: int
     high: int
@@ -204,7 +205,7 @@ class GapLog:
             del self.gaps[0]
 
     def see(self, segment: int, seq: int) -> None:
-        """Raise the highest seq seen (a new segment starts over)."""
+        """Raise the furthest (segment, seq) seen (a later segment starts over)."""
         if segment != self.segment:
             if segment > self.segment:
                 self.segment, self.high = segment, seq
@@ -310,3 +311,10 @@ class ProducerState(Protocol):
     sequence_number: int
     recent: list[int] | None
     gaps: GapLog | None
+
+
+def furthest_seen(state: ProducerState) -> tuple[int, int]:
+    """The furthest (segment, seq) of the producer seen: Venice's state, or past it."""
+    venice = (state.segment_number, state.sequence_number)
+    gaps = state.gaps
+    return max(venice, (gaps.segment, gaps.high)) if gaps is not None else venice

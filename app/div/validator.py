@@ -434,11 +434,18 @@ class DataIntegrityValidator:
                 gaps.add(gap)
         elif segment < state.segment_number and verdict is Verdict.DUPLICATE:
             detail += " (an earlier segment: not compared)"
-        if segment == state.segment_number and how is not Seen.AGAIN and how is not Seen.PAST:
-            if gaps is not None:
-                gaps.see(segment, seq)
-            if state.recent is not None:
+        if how is not Seen.AGAIN and how is not Seen.PAST:
+            if segment == state.segment_number and state.recent is not None:
                 exact.remember(state.recent, seq, claimed)
+            if (segment, seq) > (state.segment_number, state.sequence_number):
+                # Seen past Venice's state (a fault inside a push leaves that state behind):
+                # kept, so a record re-delivered here is known for one validated before.
+                if gaps is None:
+                    gaps = state.gaps = GapLog(segment, seq)
+                else:
+                    gaps.see(segment, seq)
+            elif gaps is not None and segment == state.segment_number:
+                gaps.see(segment, seq)
         report = None
         if gap is not None:
             report = gap.report()

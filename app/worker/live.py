@@ -31,12 +31,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from kdiv.div.exact import furthest_seen
 from kdiv.div.ledger import ledger_key, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import (
     DataIntegrityValidator,
     PartitionValidation,
+    Semantics,
     ValidationResult,
 )
 from kdiv.div.wire import Kind, readable_div_header, scan_div_header
@@ -105,6 +107,8 @@ class LiveValidation:
         self.validator = validator
         # How state is written to and read from the table (Confluent-framed Avro).
         self.values = values or StateValues.unregistered()
+        # The content signal of log rewinds needs the exact semantics (Venice's knows none).
+        self.detects_content_rewinds = validator.semantics is Semantics.EXACT
         # Compacted topics: their keys' last validated records go to the key ledger. Held
         # packed per key until the writes are taken: one entry per key and unit (None: the
         # key's last record was a DIV control record, which has no entry).
@@ -222,6 +226,32 @@ class LiveValidation:
         self._rewinds.append(found)
         return found
 
+    def _replay_rewritten(self, record: ConsumedRecord, part: PartitionValidation) -> Rewind | None:
+        """The content signal, for a record at an offset already validated: its producer's
+        saved state covers the offset, yet the record names a segment or seq past anything
+        that state has seen, so it is not the record validated there. The log is rewound from
+        its offset (exact semantics only; None when the record may be the one validated)."""
+        if not self.detects_content_rewinds:
+            return None
+        header = readable_div_header(record.headers)
+        if header is None:
+            return None
+        seen = part.tracker.segment(header.guid)
+        if seen is None or seen.last_offset < record.offset:
+            return None
+        furthest = furthest_seen(seen)
+        if (header.segment, header.seq) <= furthest:
+            return None
+        past = f"segment {header.segment} seq {header.seq}, past its segment {furthest[0]} seq {furthest[1]}"
+        return self.rewind(
+            record.topic,
+            record.partition,
+            record.offset,
+            "content",
+            f"the record at offset {record.offset} is {past}, though the state of producer "
+            f"{header.guid.hex()} covers offsets up to {seen.last_offset}",
+        )
+
     def check_topic_id(self, topic: str, partition: int, topic_id: str | None) -> Rewind | None:
         """Compare a loaded partition's saved topic ID with the topic's ID now: another ID
         is another log, and everything validated in the old one is gone from it."""
@@ -277,7 +307,7 @@ class LiveValidation:
             # Replays too: a crash may have saved the partition state but not the ledger
             # entry (another topic), and the entry of a replay is the same entry.
             self._ledger.setdefault(tp, {})[record.key] = packed_key_validation_of(record)
-        if record.offset <= part.last_offset:
+        if record.offset <= part.last_offset and self._replay_rewritten(record, part) is None:
             guid, _kind = _producer_of(record)
             seen = part.tracker.segment(guid) if guid is not None else None
             if guid is None or (seen is not None and seen.last_offset >= record.offset):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kdiv.div.faults import Verdict
-from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.validator import DataIntegrityValidator, Semantics
 from kdiv.div.wire import Kind
 from kdiv.state.values import StateValues
 from kdiv.worker.incidents import LOG_REWOUND, rewind_incident
@@ -73,3 +73,38 @@ def test_a_rewind_inside_a_push_is_fatal_and_identified_by_its_first_offset():
     assert (incident.verdict, incident.severity, incident.offset) == (LOG_REWOUND, "fatal", 0)
     assert incident.key == rewind_incident(rewind, NOW + 1).key
     assert "offsets 0..200" in incident.detail
+
+
+def test_a_replayed_offset_holding_a_record_past_its_producers_state_is_a_rewind_by_content():
+    old = Log("orders")
+    live, records = validated(old, range(1, 201))  # offsets 0..200
+    live = restarted(live, "orders")
+    # Redelivered from offset 150 (the committed offset): the same records until offset 179,
+    # then the log was truncated there and the producer went on with seq 201.. at offsets 180..
+    replays = [live.process(r, NOW) for r in records[150:180]]
+    assert replays == [None] * 30 and live.replays_skipped == 30
+    new = Log("orders")
+    new.next_offset[0] = 180
+    results = [live.process(new.data(0, seq), NOW) for seq in range(201, 241)]
+    (found,) = live.take_rewinds()
+    assert (found.first_offset, found.last_offset, found.detected_by) == (180, 200, "content")
+    assert "segment 0 seq 201, past its segment 0 seq 200" in found.detail
+    assert [r.verdict for r in results if r is not None] == [Verdict.OK] * 40
+    assert live.replays_skipped == 30
+
+
+def test_a_replay_of_the_validated_records_is_no_rewind_and_venice_semantics_looks_at_no_content():
+    old = Log("orders")
+    live, records = validated(old, range(1, 51))
+    live = restarted(live, "orders")
+    assert [live.process(r, NOW) for r in records[10:]] == [None] * 41
+    assert live.take_rewinds() == []
+
+    venice = LiveValidation(DataIntegrityValidator(semantics=Semantics.VENICE), StateValues(7))
+    venice.load("orders", 0, [])
+    for record in records:
+        venice.process(record, NOW)
+    new = Log("orders")
+    new.next_offset[0] = 40
+    assert venice.process(new.data(0, 60), NOW) is None  # at a validated offset: skipped as a replay
+    assert venice.take_rewinds() == []
