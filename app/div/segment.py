@@ -27,7 +27,7 @@ class SegmentStatus(enum.IntEnum):
 # A segment at rest in memory (`Segment.pack`): segment, seq, checksum, last offset, last
 # producer timestamp, checksum type, flags. About 75 bytes where a Segment object with its
 # int fields takes about 270: most of a million producer states are idle producers.
-_PACKED = struct.Struct("<qqQqqBB")
+_PACKED = struct.Struct("<qqQqqqBB")
 _PACKED_TS = struct.Struct("<q")
 _PACKED_TS_AT = 32
 _FLAG_NAMES = ("checksum_finalized", "registered", "started", "ended", "final_segment", "new_segment")
@@ -48,6 +48,7 @@ class Segment:
         "checksum_type",
         "ended",
         "final_segment",
+        "first_seen_ts",
         "gaps",
         "last_offset",
         "last_producer_ts",
@@ -78,6 +79,9 @@ class Segment:
         self.new_segment = True
         self.last_offset = -1
         self.last_producer_ts = -1
+        # The producer timestamp of the first record of this producer in the partition,
+        # carried from segment to segment (-1: not known, e.g. state saved before it was kept).
+        self.first_seen_ts = -1
         # The exact accounting's (`kdiv.div.exact`): recent seqs with their CRCs, and the
         # producer's gaps (carried from segment to segment). None when off or never needed.
         self.recent = recent
@@ -127,6 +131,7 @@ class Segment:
             self.checksum or 0,
             self.last_offset,
             self.last_producer_ts,
+            self.first_seen_ts,
             self.checksum_type,
             flags,
         )
@@ -139,9 +144,16 @@ class Segment:
     @staticmethod
     def unpack(packed: bytes) -> Segment:
         """The Segment `pack` made `packed` from."""
-        segment_number, sequence_number, checksum, last_offset, last_producer_ts, checksum_type, flags = (
-            _PACKED.unpack_from(packed)
-        )
+        (
+            segment_number,
+            sequence_number,
+            checksum,
+            last_offset,
+            last_producer_ts,
+            first_seen_ts,
+            checksum_type,
+            flags,
+        ) = _PACKED.unpack_from(packed)
         s = Segment.__new__(Segment)
         s.segment_number = segment_number
         s.sequence_number = sequence_number
@@ -149,6 +161,7 @@ class Segment:
         s.checksum_type = ChecksumType(checksum_type)
         s.last_offset = last_offset
         s.last_producer_ts = last_producer_ts
+        s.first_seen_ts = first_seen_ts
         for bit, name in enumerate(_FLAG_NAMES):
             setattr(s, name, bool(flags & (1 << bit)))
         s.recent = None

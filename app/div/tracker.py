@@ -144,15 +144,15 @@ class PartitionTracker:
                 # A producer first seen past segment 0: nothing is stored, so inside a push
                 # every later record of it is reported too, as in Venice.
                 _handle_unregistered(h, eop, tolerate_any=True)
-            return self._initialize_new_segment(h, eop, tolerate_any=True)
+            return self._initialize_new_segment(h, eop, tolerate_any=True, first_seen_ts=h.producer_ts)
         if incoming == prev.segment_number:
             return prev  # even if ended: the checksum step judges what follows an END_OF_SEGMENT
         if incoming == prev.segment_number + 1 and prev.ended:
             # A clean rollover must open with START_OF_SEGMENT, even after the push.
-            return self._initialize_new_segment(h, eop, tolerate_any=False)
+            return self._initialize_new_segment(h, eop, tolerate_any=False, first_seen_ts=prev.first_seen_ts)
         if incoming > prev.segment_number:
             if tolerate_jump:
-                return self._initialize_new_segment(h, eop, tolerate_any=True)
+                return self._initialize_new_segment(h, eop, tolerate_any=True, first_seen_ts=prev.first_seen_ts)
             if incoming == prev.segment_number + 1:
                 raise MissingData(
                     f"segment {incoming} started before segment {prev.segment_number} ended: "
@@ -164,12 +164,13 @@ class PartitionTracker:
             )
         raise DuplicateData(f"segment {incoming} is older than the current segment {prev.segment_number}")
 
-    def _initialize_new_segment(self, h: DivHeader, eop: bool, tolerate_any: bool) -> Segment:
+    def _initialize_new_segment(self, h: DivHeader, eop: bool, tolerate_any: bool, first_seen_ts: int) -> Segment:
         registered = h.kind == Kind.START_OF_SEGMENT
         # A START_OF_SEGMENT header always carries its checksum type.
         checksum_type = h.checksum_type if registered and h.checksum_type is not None else ChecksumType.NONE
         segment = Segment(h.segment, h.seq, checksum_type, new_recent(self.window))
         segment.last_producer_ts = h.producer_ts
+        segment.first_seen_ts = first_seen_ts
         # Stored before the possible raise below, so the producer's next record validates
         # against it instead of being reported unregistered again.
         self.segments[h.guid] = segment

@@ -42,6 +42,7 @@ _PRODUCER_STATE = {
         {"name": "newSegment", "type": "boolean", "default": False},
         {"name": "lastOffset", "type": "long", "default": -1},
         {"name": "lastProducerTimestamp", "type": "long", "default": -1},
+        {"name": "firstSeenTimestamp", "type": "long", "default": -1},
         # Exact semantics (`kdiv.div.exact`): the ring of recent seqs and CRCs, as little-endian
         # uint64 slots ((seq + 1) mod 2^32 << 32 | CRC32; 0 empty), and the producer's gaps.
         {"name": "recentCrcs", "type": "bytes", "default": ""},
@@ -242,6 +243,7 @@ def encode_segment(segment: Segment) -> bytes:
             "newSegment": segment.new_segment,
             "lastOffset": segment.last_offset,
             "lastProducerTimestamp": segment.last_producer_ts,
+            "firstSeenTimestamp": segment.first_seen_ts,
             "recentCrcs": b"" if segment.recent is None else ring_bytes(segment.recent),
             "gapLog": None if segment.gaps is None else _gap_log_fields(segment.gaps),
         },
@@ -309,6 +311,7 @@ def _segment_of(fields: dict) -> Segment:
     segment.new_segment = fields["newSegment"]
     segment.last_offset = fields["lastOffset"]
     segment.last_producer_ts = fields["lastProducerTimestamp"]
+    segment.first_seen_ts = fields["firstSeenTimestamp"]
     ring = fields["recentCrcs"]
     if ring:
         if len(ring) % 8:

@@ -89,6 +89,8 @@ def producer_json(topic: str, partition: int, guid: bytes, segment, faults: Prod
         "last_offset": segment.last_offset,
         "last_producer_timestamp_ms": segment.last_producer_ts,
         "last_producer_time": iso_time(segment.last_producer_ts),
+        "first_producer_timestamp_ms": segment.first_seen_ts if segment.first_seen_ts >= 0 else None,
+        "first_producer_time": iso_time(segment.first_seen_ts),
         "incidents": dict(sorted(faults.counts.items())),
         "first_incident_ms": faults.first_ms,
         "first_incident_time": iso_time(faults.first_ms),

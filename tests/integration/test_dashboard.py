@@ -76,13 +76,18 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                 assert listed == [[str(p["partition"]), str(p["records"])] for p in partitions["items"]]
                 # Each producer with its incidents by class.
                 faults = await page.locator("#producers tbody tr").evaluate_all(
-                    "rows => rows.map(r => [r.cells[0].textContent, r.cells[2].textContent, r.cells[8].textContent])"
+                    "rows => rows.map(r => [r.cells[0].textContent, r.cells[2].textContent, r.cells[7].textContent, r.cells[9].textContent])"
                 )
                 assert faults == [
-                    [p["producer"], str(p["partition"]), ", ".join(f"{k} {n}" for k, n in p["incidents"].items())]
+                    [
+                        p["producer"],
+                        str(p["partition"]),
+                        p["first_producer_time"],
+                        ", ".join(f"{k} {n}" for k, n in p["incidents"].items()),
+                    ]
                     for p in producers["items"]
                 ]
-                assert any(text for _, _, text in faults)
+                assert any(text for *_, text in faults)
                 reconcile = await page.locator("#reconcile").inner_text()
                 assert reconcile.startswith("run 20261124T000000Z: discrepancies"), reconcile
                 counts = await page.locator("#reconcile-counts tbody tr").evaluate_all(

@@ -69,6 +69,8 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         assert producers[0][1]["items"] == producers[1][1]["items"]
         first = producers[0][1]["items"][0]
         assert first["checksum_type"] in ("ADHASH", "NONE") and first["last_producer_time"].endswith("Z")
+        assert first["first_producer_time"] <= first["last_producer_time"]
+        assert first["first_producer_timestamp_ms"] <= first["last_producer_timestamp_ms"]
         guid = first["producer"]
         status, one = await http_json(session, "GET", f"{workers[1].url}/producers/{guid}/")
         assert status == 200

@@ -169,3 +169,17 @@ def test_venice_semantics_keeps_no_exact_state():
         v.validate(r, NOW)
     segment = as_segment(v.partition("t", 0).tracker.segments[GUID_A])
     assert segment.recent is None and segment.gaps is None and v.window == 0
+
+
+def test_a_producer_keeps_its_first_seen_time_across_segments_and_a_save():
+    st = DivStamper(GUID_A, max_records_per_segment=3)
+    log = Log()
+    records = []
+    for i in range(10):  # four segments, one record a second
+        records += log.add_outgoing(st.data("t", 0, b"k%d" % i, b"v", NOW + 1000 * i))
+    v = DataIntegrityValidator()
+    assert {v.validate(r, NOW).verdict.value for r in records} == {"OK"}
+    segment = as_segment(v.partition("t", 0).tracker.segments[GUID_A])
+    assert segment.segment_number == 3 and segment.first_seen_ts == NOW
+    assert segment.last_producer_ts == NOW + 9000
+    assert decode_segment(encode_segment(segment)).first_seen_ts == NOW == Segment.unpack(segment.pack()).first_seen_ts
