@@ -44,6 +44,7 @@ FAULTS = (
     "data-after-end",
     "malformed",
     "untracked",
+    "divergent",
 )
 
 
@@ -123,6 +124,15 @@ class FaultyPipeline:
             self._next(partition)  # stamped, never sent
         elif fault == "duplicate" and self.last_sent is not None:
             await self._put([self.last_sent])
+        elif fault == "divergent" and self.last_sent is not None:
+            # The last record's producer, segment and seq, with other bytes and their CRC:
+            # what a producer that rewrites a record it already sent would send.
+            sent = self.last_sent
+            value = b"rewritten " + (sent.value or b"")
+            header = decode(dict(sent.headers)[HEADER_NAME])._replace(crc=record_crc(Kind.DATA, sent.key, value))
+            await self.writer.producer.send_and_wait(
+                sent.topic, value, sent.key, partition=sent.partition, headers=[(HEADER_NAME, encode(header))]
+            )
         elif fault == "corruption":
             *control, victim = self._next(partition)
             await self._put(control)

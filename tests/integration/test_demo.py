@@ -44,7 +44,8 @@ async def faults_in(bootstrap: str, topic: str):
         ("loss", [("MISSING", False)]),
         ("duplicate", [("DUPLICATE", False)]),
         ("corruption", [("CORRUPT", False)]),
-        ("reordering", [("MISSING", False), ("DUPLICATE", False)]),
+        ("reordering", [("MISSING", False), ("LATE", False)]),
+        ("divergent", [("DIVERGENT", False)]),
         ("unregistered", [("UNREGISTERED_PRODUCER", False)]),
         # Inside the push state stays before the gap (as in Venice), so END_OF_PUSH is missing
         # too; the END_OF_SEGMENT after the push is reported once more, then state moves on.
@@ -113,7 +114,9 @@ async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
     assert set(seen) == {
         "OK",
         "MISSING",
+        "LATE",
         "DUPLICATE",
+        "DIVERGENT",
         "CORRUPT",
         "UNREGISTERED_PRODUCER",
         "DATA_AFTER_SEGMENT_END",
