@@ -385,14 +385,15 @@ class DataIntegrityValidator:
         how = seen.seen
         if how is Seen.LATE:
             gap = cast(Gap, seen.gap)
-            gap.arrive(seq, offset)
             if header.kind == Kind.DATA and crc != header.crc:
+                # Not the record that was lost: the gap waits on for an intact one.
                 verdict = Verdict.CORRUPT
                 detail = (
                     f"seq {seq} of segment {segment} arrived late (it is in the gap reported MISSING at offset "
                     f"{gap.found_offset}), and its record CRC32 {crc:08x} differs from {header.crc:08x} in its div header"
                 )
             else:
+                gap.arrive(seq, offset)
                 if (
                     verdict is Verdict.DUPLICATE  # Venice's state is past it: its share is not counted yet
                     and segment == state.segment_number

@@ -183,3 +183,16 @@ def test_a_producer_keeps_its_first_seen_time_across_segments_and_a_save():
     assert segment.segment_number == 3 and segment.first_seen_ts == NOW
     assert segment.last_producer_ts == NOW + 9000
     assert decode_segment(encode_segment(segment)).first_seen_ts == NOW == Segment.unpack(segment.pack()).first_seen_ts
+
+
+def test_a_late_record_that_is_corrupt_leaves_its_gap_open_until_an_intact_copy_arrives():
+    out = stamped(5, close=False)  # SOS, seq 1..5
+    log = Log()
+    records = log.add_outgoing(out[:3] + out[4:])  # seq 3 lost
+    late = out[3]
+    broken = log.add(late.key, b"tampered", late.headers)
+    intact = log.add(late.key, late.value, late.headers)
+    results = judge(EXACT, [*records, broken, intact])
+    assert names(results) == ["OK", "OK", "OK", "MISSING", "OK", "CORRUPT", "LATE"]
+    assert results[5].gap is not None and not results[5].gap.resolved
+    assert results[6].gap is not None and results[6].gap.resolved
