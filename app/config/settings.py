@@ -14,6 +14,7 @@ from pathlib import Path
 from kdiv.config.env import PREFIX, EnvReader, SettingsError
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.validator import DEFAULT_WINDOW
+from kdiv.ticdc.timestamps import TimestampMode, load_zone
 
 GUARANTEES = ("at_least_once", "exactly_once")
 PHASES = ("stream", "push")
@@ -66,6 +67,74 @@ class RegistrySettings:
         return cls(url, basic_auth, ca, cert, key, env.float("SCHEMA_REGISTRY_TIMEOUT_S", cls.timeout_s))
 
 
+TICDC_PROTOCOLS = ("avro", "simple")
+
+
+@dataclass(frozen=True)
+class ChangefeedSettings:
+    """TiCDC changefeed topics (KDIV_TICDC_*): verified by row checksum, not by DIV headers."""
+
+    topics: tuple[str, ...] = ()
+    topic_pattern: re.Pattern | None = None
+    # topic -> "avro" | "simple"; "*": every changefeed topic not named.
+    protocols: Mapping[str, str] = field(default_factory=dict)
+    # The TiCDC server's time zone (TIMESTAMP columns are rendered in it before hashing).
+    time_zone: str = "UTC"
+    # "utc" (TiCDC v7.1.4 on) or "as_sent" (earlier releases hashed the rendered value).
+    timestamp_mode: str = TimestampMode.UTC.value
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.topics) or self.topic_pattern is not None
+
+    @property
+    def uses_avro(self) -> bool:
+        """Some changefeed topic may be Avro (which needs the registry's writer schemas)."""
+        return self.protocol_of("*") == "avro" or "avro" in self.protocols.values()
+
+    def declares(self, topic: str) -> bool:
+        if self.topic_pattern is not None:
+            return self.topic_pattern.fullmatch(topic) is not None
+        return topic in self.topics
+
+    def protocol_of(self, topic: str) -> str:
+        return self.protocols.get(topic) or self.protocols.get("*") or "avro"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ChangefeedSettings:
+        env = EnvReader(environ)
+        topics = tuple(t.strip() for t in env.str("TICDC_TOPICS", "").split(",") if t.strip())
+        pattern = _pattern(env, "TICDC_TOPIC_PATTERN")
+        if topics and pattern:
+            raise SettingsError(f"set {PREFIX}TICDC_TOPICS or {PREFIX}TICDC_TOPIC_PATTERN, not both")
+        time_zone = env.str("TICDC_TIME_ZONE", cls.time_zone)
+        try:
+            load_zone(time_zone)
+        except ValueError as bad:
+            raise SettingsError(f"{PREFIX}TICDC_TIME_ZONE={time_zone!r}: {bad}") from None
+        return cls(
+            topics=topics,
+            topic_pattern=pattern,
+            protocols=env.mapping(  # type: ignore[arg-type]  # values parsed to a protocol name
+                "TICDC_PROTOCOL", lambda v: v if v in TICDC_PROTOCOLS else None, "avro or simple"
+            ),
+            time_zone=time_zone,
+            timestamp_mode=env.choice(
+                "TICDC_TIMESTAMP_MODE", tuple(m.value for m in TimestampMode), cls.timestamp_mode
+            ),
+        )
+
+
+def _pattern(env: EnvReader, name: str) -> re.Pattern | None:
+    text = env.str(name, "")
+    if not text:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as bad:
+        raise SettingsError(f"{PREFIX}{name}={text!r} is not a regex: {bad}") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     bootstrap: str = "127.0.0.1:9092"
@@ -115,6 +184,7 @@ class Settings:
     # Where the nightly reconciliation writes its runs (`kdiv reconcile --out`): the views
     # serve the latest run's summary when set.
     reconcile_reports: Path | None = None
+    changefeeds: ChangefeedSettings = field(default_factory=ChangefeedSettings)
 
     @property
     def incidents(self) -> str:
@@ -124,17 +194,15 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = EnvReader(environ)
         topics = tuple(t.strip() for t in env.str("TOPICS", "").split(",") if t.strip())
-        pattern_text = env.str("TOPIC_PATTERN", "")
-        pattern = None
-        if pattern_text:
-            try:
-                pattern = re.compile(pattern_text)
-            except re.error as bad:
-                raise SettingsError(f"{PREFIX}TOPIC_PATTERN={pattern_text!r} is not a regex: {bad}") from None
+        pattern = _pattern(env, "TOPIC_PATTERN")
         if topics and pattern:
             raise SettingsError(f"set {PREFIX}TOPICS or {PREFIX}TOPIC_PATTERN, not both")
-        if not topics and not pattern:
-            raise SettingsError(f"no watched topics: set {PREFIX}TOPICS (names) or {PREFIX}TOPIC_PATTERN (regex)")
+        changefeeds = ChangefeedSettings.from_env(environ)
+        if not topics and not pattern and not changefeeds.configured:
+            raise SettingsError(
+                f"no watched topics: set {PREFIX}TOPICS (names) or {PREFIX}TOPIC_PATTERN (regex), "
+                f"or TiCDC changefeeds ({PREFIX}TICDC_TOPICS or {PREFIX}TICDC_TOPIC_PATTERN)"
+            )
         settings = cls(
             bootstrap=env.str("BOOTSTRAP", cls.bootstrap),
             app_id=env.str("APP_ID", cls.app_id),
@@ -170,7 +238,14 @@ class Settings:
             schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
             schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
             reconcile_reports=Path(env.str("RECONCILE_REPORTS", "")) if env.str("RECONCILE_REPORTS", "") else None,
+            changefeeds=changefeeds,
         )
+        if changefeeds.configured and not settings.registry.configured and changefeeds.uses_avro:
+            raise SettingsError(
+                f"{PREFIX}TICDC_PROTOCOL is avro for some changefeed topics, whose writer schemas are in the "
+                f"registry, but {PREFIX}SCHEMA_REGISTRY_URL=none: set a registry, or "
+                f"{PREFIX}TICDC_PROTOCOL=simple"
+            )
         if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
             raise SettingsError(
                 f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "
@@ -199,9 +274,15 @@ class Settings:
         own = topic.startswith(f"{self.app_id}-") and (topic.endswith("-changelog") or "-__assignor-" in topic)
         if own or topic == self.incidents or topic.startswith("__"):
             return False
+        if self.changefeeds.declares(topic):
+            return True
         if self.topic_pattern is not None:
             return self.topic_pattern.fullmatch(topic) is not None
         return topic in self.topics
+
+    def is_changefeed(self, topic: str) -> bool:
+        """A watched TiCDC changefeed topic: verified by row checksum, not by DIV."""
+        return self.changefeeds.declares(topic)
 
 
 def is_loopback(host: str) -> bool:

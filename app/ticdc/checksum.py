@@ -131,7 +131,7 @@ class ChecksumResult:
     @property
     def is_fault(self) -> bool:
         """True for the verdicts to report as incidents: a mismatch, TiCDC's flag, a bad message."""
-        return self.verdict in _FAULTS
+        return self.verdict in FAULT_VERDICTS
 
 
 (
@@ -146,7 +146,7 @@ class ChecksumResult:
     _set_skip_reason,
 ) = (getattr(ChecksumResult, f.name).__set__ for f in fields(ChecksumResult))
 
-_FAULTS: Final = frozenset(
+FAULT_VERDICTS: Final = frozenset(
     {ChecksumVerdict.CHECKSUM_MISMATCH, ChecksumVerdict.CORRUPTED_FLAG, ChecksumVerdict.MALFORMED}
 )
 

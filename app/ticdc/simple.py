@@ -286,7 +286,7 @@ class SimpleChecksumVerifier:
         self._max_pending = max_pending
         self._max_schemas = max_schemas
         self._schemas: dict[TableKey, SimpleTablePlan] = {}
-        self._pending: deque[tuple[TableKey, Mapping[str, Any]]] = deque()
+        self._pending: deque[tuple[TableKey, Mapping[str, Any], object]] = deque()
         self._plans_by_identity: dict[int, tuple[object, SimpleTablePlan]] = {}
 
     # Schemas ---------------------------------------------------------------------------------
@@ -356,61 +356,79 @@ class SimpleChecksumVerifier:
 
     def feed(self, message: bytes | bytearray | memoryview | str | Mapping[str, Any]) -> list[ChecksumResult]:
         """Results of `message` and of the held DMLs it releases (a schema), in arrival order."""
+        return [result for _, result in self.feed_tagged(message, None)]
+
+    def feed_tagged(
+        self, message: bytes | bytearray | memoryview | str | Mapping[str, Any], tag: object
+    ) -> list[tuple[object, ChecksumResult]]:
+        """`feed`, each result paired with the tag its message was fed with (e.g. its offset):
+        a schema message releases DMLs fed earlier, under their own tags."""
         try:
             parsed = parse_message(message)
         except ValueError as bad:
-            return [ChecksumResult(ChecksumVerdict.MALFORMED, None, None, None, NO_KEY, None, str(bad))]
+            return [(tag, ChecksumResult(ChecksumVerdict.MALFORMED, None, None, None, NO_KEY, None, str(bad)))]
         kind = parsed.get("type")
         if isinstance(kind, str) and kind in DML_TYPES:
             key = dml_table_key(parsed)
             schema = self._schemas.get(key) if key is not None else None
             if schema is not None or key is None or not _needs_schema(parsed):
-                return list(self.verify(parsed, schema))
-            self._pending.append((key, parsed))
-            given_up: list[ChecksumResult] = []
+                return [(tag, result) for result in self.verify(parsed, schema)]
+            self._pending.append((key, parsed, tag))
+            given_up: list[tuple[object, ChecksumResult]] = []
             while len(self._pending) > self._max_pending:
-                _, oldest = self._pending.popleft()
-                given_up.extend(self.verify(oldest, None))
+                _, oldest, oldest_tag = self._pending.popleft()
+                given_up.extend((oldest_tag, result) for result in self.verify(oldest, None))
             return given_up
-        released: list[ChecksumResult] = []
+        released: list[tuple[object, ChecksumResult]] = []
         for field_name in ("preTableSchema", "tableSchema"):
             table_schema = parsed.get(field_name)
             if table_schema is None:
                 continue
             if not isinstance(table_schema, Mapping):
                 detail = f"{field_name} is not an object"
-                released.append(ChecksumResult(ChecksumVerdict.MALFORMED, None, None, None, NO_KEY, None, detail))
+                released.append(
+                    (tag, ChecksumResult(ChecksumVerdict.MALFORMED, None, None, None, NO_KEY, None, detail))
+                )
                 continue
             plan = self.add_schema(table_schema)
             if plan.table_key is None:
                 detail = f"{field_name} has no database, table or version"
                 released.append(
-                    ChecksumResult(ChecksumVerdict.MALFORMED, None, None, plan.qualified_name, NO_KEY, None, detail)
+                    (
+                        tag,
+                        ChecksumResult(
+                            ChecksumVerdict.MALFORMED, None, None, plan.qualified_name, NO_KEY, None, detail
+                        ),
+                    )
                 )
                 continue
             released.extend(self._release(plan))
         return released
 
-    def _release(self, plan: SimpleTablePlan) -> list[ChecksumResult]:
+    def _release(self, plan: SimpleTablePlan) -> list[tuple[object, ChecksumResult]]:
         key = plan.table_key
-        if not any(pending_key == key for pending_key, _ in self._pending):
+        if not any(pending_key == key for pending_key, _, _ in self._pending):
             return []
-        results: list[ChecksumResult] = []
-        kept: deque[tuple[TableKey, Mapping[str, Any]]] = deque()
-        for pending_key, held in self._pending:
+        results: list[tuple[object, ChecksumResult]] = []
+        kept: deque[tuple[TableKey, Mapping[str, Any], object]] = deque()
+        for pending_key, held, tag in self._pending:
             if pending_key == key:
-                results.extend(self.verify(held, plan))
+                results.extend((tag, result) for result in self.verify(held, plan))
             else:
-                kept.append((pending_key, held))
+                kept.append((pending_key, held, tag))
         self._pending = kept
         return results
 
     def flush(self) -> list[ChecksumResult]:
         """Give up on every held DML: SKIPPED, schema unknown."""
-        results: list[ChecksumResult] = []
+        return [result for _, result in self.flush_tagged()]
+
+    def flush_tagged(self) -> list[tuple[object, ChecksumResult]]:
+        """`flush`, each result paired with its message's tag."""
+        results: list[tuple[object, ChecksumResult]] = []
         while self._pending:
-            _, held = self._pending.popleft()
-            results.extend(self.verify(held, None))
+            _, held, tag = self._pending.popleft()
+            results.extend((tag, result) for result in self.verify(held, None))
         return results
 
     # One message -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import cast
 
+from kdiv.changefeed.verify import RowVerdict
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
 from kdiv.worker.live import Rewind
@@ -45,10 +46,19 @@ class Incident:
     expected_subject: str | None = None
     registered_subjects: tuple[str, ...] | None = None
     resolved_at_ms: int | None = None
+    # Row checksum incidents (TiCDC changefeeds): the row, as the message names it.
+    table: str | None = None
+    row_key: tuple[tuple[str, object], ...] | None = None
+    row_image: str | None = None
+    commit_ts: int | None = None
+    expected_checksum: int | None = None
+    computed_checksum: int | None = None
 
     @property
     def identity(self) -> tuple:
         """What makes two reports the same fault (the compacted topic's key fields)."""
+        if self.row_image is not None:
+            return (self.topic, self.partition, self.offset, self.row_image, self.verdict)
         if self.schema_id is not None:
             return (self.topic, self.partition, self.message_field, self.schema_id, self.verdict)
         return (self.topic, self.partition, self.producer, self.segment, self.seq, self.verdict)
@@ -56,7 +66,15 @@ class Incident:
     @property
     def key(self) -> bytes:
         """The incidents topic key: the identity as JSON."""
-        if self.schema_id is not None:
+        if self.row_image is not None:
+            fields = {
+                "topic": self.topic,
+                "partition": self.partition,
+                "offset": self.offset,
+                "image": self.row_image,
+                "class": self.verdict,
+            }
+        elif self.schema_id is not None:
             fields = {
                 "topic": self.topic,
                 "partition": self.partition,
@@ -83,6 +101,11 @@ class Incident:
                 del fields[name]
             if self.resolved_at_ms is None:
                 del fields["resolved_at_ms"]
+        if self.row_image is None:
+            for name in _ROW_FIELDS:
+                del fields[name]
+        else:
+            fields["row_key"] = dict(self.row_key or ())
         return fields
 
     @property
@@ -96,7 +119,59 @@ class Incident:
         fields = json.loads(value)
         if fields.get("registered_subjects") is not None:
             fields["registered_subjects"] = tuple(fields["registered_subjects"])
+        if isinstance(fields.get("row_key"), dict):
+            fields["row_key"] = tuple(fields["row_key"].items())
         return cls(**fields)
+
+
+_ROW_FIELDS = ("table", "row_key", "row_image", "commit_ts", "expected_checksum", "computed_checksum")
+# A corrupt row reached the changefeed's consumers; a message kdiv cannot read is a warning.
+_CHECKSUM_SEVERITY = {"CHECKSUM_MISMATCH": "fatal", "CORRUPTED_FLAG": "fatal"}
+
+
+def _json_value(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def checksum_incident(row: RowVerdict, detected_at_ms: int) -> Incident:
+    """A TiCDC row whose checksum does not hold (or that TiCDC flagged, or that cannot be read);
+    identified by its offset and row image, so verifying it again rewrites the same key."""
+    result = row.result
+    verdict = result.verdict.value
+    expected, computed = result.expected, result.computed
+    if result.verdict.value == "CHECKSUM_MISMATCH":
+        what = f"row checksum {expected} does not match {computed} computed from the columns"
+    elif result.verdict.value == "CORRUPTED_FLAG":
+        what = "TiCDC flagged the row corrupted (its checksum disagreed with TiDB's)"
+    else:
+        what = "the message cannot be verified"
+    table = result.table or "unknown table"
+    detail = f"{table}, {result.image.value} image: {what}"
+    if result.detail:
+        detail += f": {result.detail}"
+    return Incident(
+        topic=row.topic,
+        partition=row.partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=row.offset,
+        verdict=verdict,
+        offset=row.offset,
+        severity=_CHECKSUM_SEVERITY.get(verdict, "warning"),
+        detail=detail,
+        record_timestamp_ms=row.timestamp_ms,
+        detected_at_ms=detected_at_ms,
+        table=result.table,
+        row_key=tuple((str(k), _json_value(v)) for k, v in result.key.items()),
+        row_image=result.image.value,
+        commit_ts=result.commit_ts,
+        expected_checksum=expected,
+        computed_checksum=computed,
+    )
 
 
 def schema_incident(

@@ -62,6 +62,18 @@ class WorkerCollector:
                 lag.add_metric(labels, behind)
         yield from (validated, faults, untracked, producers, in_push, push_failed, lag, recovering)
 
+        rows = CounterMetricFamily(
+            "kdiv_changefeed_rows",
+            "TiCDC changefeed row images verified by checksum, per topic, table and verdict",
+            labels=["topic", "table", "verdict"],
+        )
+        by_table: dict[tuple[str, str, str], int] = {}
+        for (topic, _partition, table, verdict), count in worker.changefeeds.counts.items():
+            by_table[(topic, table, verdict)] = by_table.get((topic, table, verdict), 0) + count
+        for (topic, table, verdict), count in sorted(by_table.items()):
+            rows.add_metric([topic, table, verdict], count)
+        yield rows
+
         stats = worker.stats
         for name, help_text, value in (
             ("kdiv_batches", "Batches validated", stats.batches),
@@ -84,6 +96,11 @@ class WorkerCollector:
                 "kdiv_schema_unchecked_records",
                 "Framed records left unchecked: the registry could not answer",
                 stats.schema_unchecked_records,
+            ),
+            (
+                "kdiv_changefeed_registry_waits",
+                "Waits for the registry before a changefeed writer schema could be read",
+                worker.changefeeds.registry_waits,
             ),
             ("kdiv_schema_registry_requests", "Requests to the Schema Registry", worker.lookups.stats.requests),
             (

@@ -41,6 +41,7 @@ from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
 from kdiv.state.values import StateValues
+from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
 from kdiv.worker.faustcompat.internals import (
@@ -159,6 +160,9 @@ class ValidationWorker:
         self.topic_ids = TopicIds(settings)
         # Venice's semantics knows no log rewinds: its verdicts alone, as Venice gives them.
         self.detects_rewinds = settings.semantics == "exact"
+        # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
+        self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
+        self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -342,11 +346,15 @@ class ValidationWorker:
 
     def lag(self, topic: str, partition: int) -> int | None:
         """Records between the last validated one and the partition's high watermark."""
-        part = self.live.validator.partitions.get((topic, partition))
+        if topic in self.changefeed_topics:
+            last_offset = self.changefeeds.last_offsets.get((topic, partition))
+        else:
+            part = self.live.validator.partitions.get((topic, partition))
+            last_offset = None if part is None else part.last_offset
         highwater = self._highwater(topic, partition)
-        if part is None or highwater is None:
+        if last_offset is None or highwater is None:
             return None
-        return max(highwater - (part.last_offset + 1), 0)
+        return max(highwater - (last_offset + 1), 0)
 
     def recovery_status(self) -> dict:
         """Whether the tables are being restored, and what is left (for /health and metrics)."""
@@ -358,6 +366,7 @@ class ValidationWorker:
         """Unload revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
+            self.changefeeds.forget(tp.topic, tp.partition)
 
     def on_assigned(self, assigned: Iterable[TP]) -> None:
         """Unload loaded partitions that this assignment did not keep."""
@@ -382,6 +391,8 @@ class ValidationWorker:
         for name, partition in self.assigned_partitions():
             topic = self.cluster.topic(name)
             if topic is None or (only_partition_count is not None and topic.partitions != only_partition_count):
+                continue
+            if name in self.changefeed_topics:
                 continue
             if not self.live.is_loaded(name, partition):
                 wanted_by_table.setdefault(topic.partitions, set()).add((name, partition))
@@ -489,6 +500,9 @@ class ValidationWorker:
         live = self.live
         for tp, records in batch.items():
             key = topic, partition = (tp.topic, tp.partition)
+            if topic in self.changefeed_topics:
+                await self._verify_changefeed(key, records, now)
+                continue
             if not live.is_loaded(*key):
                 self._load_assigned()
                 if not live.is_loaded(*key):  # not in the assignment the consumer reports yet
@@ -521,6 +535,19 @@ class ValidationWorker:
         self._note_rewinds()
         return self._unflushed_records >= self.settings.batch_max
 
+    async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
+        """A changefeed partition's records: row checksums instead of DIV."""
+        topic, partition = key
+        if topic in self._schema_topics:
+            for record in records:
+                self._note_framing(topic, partition, record, self._framed)
+        await self.changefeeds.learn_schemas(records)
+        incidents = self.changefeeds.verify(topic, partition, records, now)
+        if incidents:
+            self._pending.setdefault(key, []).extend(incidents)
+        self._unflushed.add(key)
+        self._unflushed_records += len(records)
+
     def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
         """Incidents for `results` (then emptied), pending until their unit is written."""
         observed = self._observed
@@ -536,6 +563,8 @@ class ValidationWorker:
         if self._framed:
             framed, self._framed = self._framed, {}
             await self._judge_schemas(framed, self._pending)
+        for incident in self.changefeeds.give_up_held(self.clock()):
+            self._pending.setdefault((incident.topic, incident.partition), []).append(incident)
         await self._check_recreated_topics()
         self._check_high_watermarks()
         self._note_rewinds()

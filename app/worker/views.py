@@ -25,6 +25,7 @@ from kdiv.div.faults import Verdict
 from kdiv.div.segment import SegmentStatus, as_segment
 from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
+from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.incidents import LOG_REWOUND, NO_PRODUCER
@@ -147,7 +148,13 @@ def _int_param(request: Request, name: str, default: int | None, *, minimum: int
 
 
 # Every class an incident can have: the per-record faults, the subject check's, the rewinds.
-INCIDENT_CLASSES = tuple([v.value for v in Verdict if v.is_fault] + [SCHEMA_UNKNOWN, SUBJECT_MISMATCH, LOG_REWOUND])
+INCIDENT_CLASSES = tuple(
+    dict.fromkeys(
+        [v.value for v in Verdict if v.is_fault]
+        + [SCHEMA_UNKNOWN, SUBJECT_MISMATCH, LOG_REWOUND]
+        + [v.value for v in ChecksumVerdict if v in FAULT_VERDICTS]
+    )
+)
 SEVERITIES = ("fatal", "warning")
 SCOPES = (LOCAL,)
 
@@ -475,6 +482,17 @@ def register_views(app, worker) -> Views:
                 # The owner's answer as it gave it: its 404 stays a 404, with its message.
                 return self.json(answer.body, status=answer.status)
             return error(self, 404, f"{topic}[{number}] is not a watched partition with state here")
+
+    @app.page("/changefeeds/")
+    class ChangefeedsView(View):
+        """TiCDC changefeed topics: rows verified per topic, partition and table, by verdict."""
+
+        async def get(self, request: Request) -> Response:
+            local = views.worker.changefeeds.table_counts(request.query.get("topic"), request.query.get("table"))
+            try:
+                return self.json(await views.gather(request, local))
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
 
     @app.page("/incidents/")
     class IncidentsView(View):
