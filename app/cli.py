@@ -310,6 +310,51 @@ def demo(
         pass
 
 
+@main.command("changefeed-demo")
+@bootstrap_option
+@click.option("--topic", default="kdiv-cdc", show_default=True, help="Topic to write (created if missing).")
+@click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0.1), default=20.0, show_default=True, help="Rows per second.")
+@click.option(
+    "--fault-rate",
+    type=click.FloatRange(0, 1),
+    default=0.01,
+    show_default=True,
+    help="Share of rows planted corrupt (half changed after their checksum, half flagged by TiCDC).",
+)
+@click.option("--delete-rate", type=click.FloatRange(0, 1), default=0.05, show_default=True, help="Share of DELETEs.")
+@click.option("--rows", type=click.IntRange(min=0), default=0, show_default=True, help="Rows to write (0: forever).")
+def changefeed_demo(
+    bootstrap: str, topic: str, partitions: int, rate: float, fault_rate: float, delete_rate: float, rows: int
+) -> None:
+    """Write a TiCDC-shaped Avro changefeed (row checksums, schemas in the registry) with
+    occasional corrupt rows, for the worker's and the nightly job's TiCDC checks."""
+    import logging
+
+    from kdiv.config.settings import RegistrySettings
+    from kdiv.dev.changefeed import write_changefeed
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        asyncio.run(
+            write_changefeed(
+                bootstrap,
+                topic,
+                RegistrySettings.from_env(os.environ),
+                rows=rows or None,
+                partitions=partitions,
+                rate_per_s=rate,
+                mismatch_rate=fault_rate / 2,
+                flag_rate=fault_rate / 2,
+                delete_rate=delete_rate,
+                seed=int(time.time()),
+                security=kafka_security(),
+            )
+        )
+    except KeyboardInterrupt:
+        pass
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True, help="Port (0: any free one).")

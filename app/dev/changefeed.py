@@ -29,7 +29,7 @@ from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.config.settings import RegistrySettings
 from kdiv.dev.demo import ensure_topic
 from kdiv.kafka.produce import new_producer
-from kdiv.registry.client import SchemaRegistry
+from kdiv.registry.client import RegistryUnavailable, SchemaRegistry
 from kdiv.state.framing import frame
 from kdiv.ticdc.avro import AvroChecksumVerifier
 
@@ -246,7 +246,16 @@ async def write_changefeed(
     `faults_at`: row number -> fault, planted exactly there (tests); the rates plant the rest.
     """
     await ensure_topic(bootstrap, topic, partitions, security)
-    key_id, value_id = await register_schemas(registry, topic)
+    # The development stack starts the registry beside this source: give it a minute.
+    for attempt in range(60):
+        try:
+            key_id, value_id = await register_schemas(registry, topic)
+            break
+        except RegistryUnavailable as down:
+            if attempt == 59:
+                raise
+            log.info("waiting for the registry to register the changefeed's schemas: %s", down)
+            await asyncio.sleep(1.0)
     messages = ChangefeedMessages(
         key_id,
         value_id,
