@@ -1,11 +1,15 @@
 """What the reconciliation reports: discrepancy classes and the one row shape they share.
 
 Every finding, whatever its class, is one row of `FINDINGS_SCHEMA`, so the Parquet files,
-the JSON summary and the HTML report read one table.
+the JSON summary and the HTML report read one table. Findings on TiCDC changefeed topics
+(`CHECKSUM_CLASSES`) also fill `CHECKSUM_COLUMNS`, which the job adds (null) to every other
+finding: its rows are `REPORT_SCHEMA`.
 """
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -32,8 +36,17 @@ SCHEMA_UNKNOWN = "SCHEMA_UNKNOWN"
 # A changelog value the job cannot read (not framed, or not kdiv state): reported, not dropped.
 UNREADABLE = "UNREADABLE"
 
+# A changefeed row whose TiCDC row checksum does not match its columns.
+CHECKSUM_MISMATCH = "CHECKSUM_MISMATCH"
+# A changefeed row TiCDC itself flagged corrupted (its checksum disagreed with TiDB's).
+CORRUPTED_FLAG = "CORRUPTED_FLAG"
+# A changefeed record that cannot be read as a TiCDC message, or whose writer schema is unknown.
+MALFORMED = "MALFORMED"
+
 KEY_CLASSES = (LOST, UNVALIDATED, DIVERGED)
 CLASSES = (LOST, UNVALIDATED, DIVERGED, SEQUENCE_BEHIND, SUBJECT_MISMATCH, SCHEMA_UNKNOWN, UNREADABLE)
+# The row checksum verdicts that are faults (kdiv.ticdc.checksum.FAULT_VERDICTS), by the same names.
+CHECKSUM_CLASSES = (CHECKSUM_MISMATCH, CORRUPTED_FLAG, MALFORMED)
 
 FINDINGS_SCHEMA = StructType(
     [
@@ -60,3 +73,25 @@ FINDINGS_SCHEMA = StructType(
     ]
 )
 FINDING_FIELDS = tuple(f.name for f in FINDINGS_SCHEMA.fields)
+
+# What a changefeed finding adds; null for every other class.
+CHECKSUM_COLUMNS = StructType(
+    [
+        StructField("table", StringType(), True),  # database.table, as the message names it
+        StructField("row_key", StringType(), True),  # the row's key columns as a JSON object
+        StructField("commit_ts", LongType(), True),  # TiDB commit timestamp (TSO)
+        # The checksum the message carries and the one computed from its columns (uint32).
+        StructField("expected_checksum", LongType(), True),
+        StructField("computed_checksum", LongType(), True),
+        StructField("image", StringType(), True),  # "current" or "previous" row image
+    ]
+)
+CHECKSUM_FIELDS = tuple(f.name for f in CHECKSUM_COLUMNS.fields)
+REPORT_SCHEMA = StructType(FINDINGS_SCHEMA.fields + CHECKSUM_COLUMNS.fields)
+REPORT_FIELDS = FINDING_FIELDS + CHECKSUM_FIELDS
+
+
+def with_checksum_columns(findings: DataFrame) -> DataFrame:
+    """`findings` with REPORT_FIELDS, in order: the checksum columns it lacks added as nulls."""
+    missing = {f.name: F.lit(None).cast(f.dataType) for f in CHECKSUM_COLUMNS.fields if f.name not in findings.columns}
+    return (findings.withColumns(missing) if missing else findings).select(*REPORT_FIELDS)

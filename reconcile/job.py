@@ -5,7 +5,8 @@
    beside the report; `--snapshot FILE` runs again on exactly those offsets.
 2. Read the changelogs and the topics through kdiv's Kafka data source (or Spark's own).
 3. Compare: key ledger vs compacted topics, producer state vs every topic, schema ids of
-   all restorable state vs the registry.
+   all restorable state vs the registry. TiCDC changefeed topics (KDIV_TICDC_*) carry no DIV
+   headers: every row checksum of theirs is verified instead (kdiv.reconcile.changefeeds).
 4. Report into OUT/<snapshot time>/: summary.json, discrepancies/ (Parquet by topic and
    class), sequences/, report.html, snapshot.json, kdiv_reconcile.prom.
 
@@ -69,7 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--max-records-per-split",
         type=int,
         default=500_000,
-        help="kdiv's data source splits larger Kafka partitions by offset range",
+        help="kdiv's data source splits larger Kafka partitions by offset range (never those of "
+        "Simple-protocol changefeed topics, whose schemas come earlier in the partition)",
     )
     parser.add_argument("--registry-url", help="Schema Registry URL (KDIV_SCHEMA_REGISTRY_URL)")
     parser.add_argument(
@@ -169,9 +171,12 @@ class Reconciliation:
         try:
             cluster = run_in_own_loop(discover(self.settings, wait_s=0, create_own=False))
             topics = [t.name for t in cluster.topics]
-            compacted = [t.name for t in cluster.topics if t.compaction_lag_ms is not None]
+            # Changefeed topics are verified by row checksum: the DIV comparisons never see them.
+            changefeed_topics = [t for t in topics if self.settings.is_changefeed(t)]
+            div_topics = [t for t in topics if t not in changefeed_topics]
+            compacted = [t.name for t in cluster.topics if t.compaction_lag_ms is not None and t.name in div_topics]
             changelogs = state_changelogs(self.settings.app_id, cluster)
-            snapshot = self._snapshot(changelogs, topics)
+            snapshot = self._snapshot(changelogs, topics, needs_changelogs=bool(div_topics))
             out_dir = report_dir(self.args.out, snapshot.taken_at_ms)
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / SNAPSHOT_JSON).write_text(snapshot.to_json())
@@ -188,10 +193,10 @@ class Reconciliation:
             self.source = resolve_source(self.spark, self.args.kafka_source)
             summary["kafka_source"] = self.source
 
-            def read(names):
-                return self._read(snapshot, names)
+            def read(names, max_records_per_split=None):
+                return self._read(snapshot, names, max_records_per_split)
 
-            findings, sequences, stats = self._compare(read, changelogs, topics, compacted)
+            findings, sequences, stats = self._compare(read, changelogs, div_topics, compacted, changefeed_topics)
             summary.update(stats)
             code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
             summary.update(
@@ -226,7 +231,7 @@ class Reconciliation:
         self.loop.close()
         return code, out_dir
 
-    def _snapshot(self, changelogs: list[str], topics: list[str]):
+    def _snapshot(self, changelogs: list[str], topics: list[str], needs_changelogs: bool = True):
         from kdiv.reconcile.snapshot import Snapshot, take_snapshot
 
         if self.args.snapshot:
@@ -234,7 +239,8 @@ class Reconciliation:
         security = self.settings.kafka_security
         # Changelogs first: a table can then only mention records inside the topics' snapshot.
         tables = take_snapshot(self.settings.bootstrap, changelogs, security=security, missing_ok=True)
-        if not tables.ranges:
+        # Changefeed topics alone need no worker state: their rows carry their own checksums.
+        if not tables.ranges and needs_changelogs:
             # A wrong application id would otherwise compare nothing and call it clean.
             raise LookupError(
                 f"none of the changelogs of application {self.settings.app_id!r} exists "
@@ -243,12 +249,14 @@ class Reconciliation:
         watched = take_snapshot(self.settings.bootstrap, topics, security=security)
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
 
-    def _compare(self, read, changelogs, topics, compacted):
+    def _compare(self, read, changelogs, topics, compacted, changefeed_topics):
+        """Findings, sequences and stats: the DIV comparisons over `topics`, row checksums
+        over `changefeed_topics`."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from kdiv.reconcile.compare import compare_keys, compare_sequences
-        from kdiv.reconcile.findings import FINDINGS_SCHEMA
+        from kdiv.reconcile.findings import FINDINGS_SCHEMA, with_checksum_columns
         from kdiv.reconcile.findings import UNREADABLE as UNREADABLE_CLASS
         from kdiv.reconcile.schemas import judge_uses, local_store_uses, schema_id_uses
         from kdiv.reconcile.state import UNDECODED, UNREADABLE, decoded_state
@@ -298,7 +306,16 @@ class Reconciliation:
                 F.col("error").alias("detail"),
             )
             schema_rows = self.spark.createDataFrame([f.row() for f in schema_findings], FINDINGS_SCHEMA)
-            findings = key_findings.unionByName(behind).unionByName(schema_rows).unionByName(unreadable)
+            findings = with_checksum_columns(
+                key_findings.unionByName(behind).unionByName(schema_rows).unionByName(unreadable)
+            )
+            changefeeds = None
+            if self.settings.changefeeds.configured:
+                checksum_findings, changefeeds, changefeed_records = self._verify_changefeeds(
+                    read, changefeed_topics, directory
+                )
+                findings = findings.unionByName(checksum_findings)
+                records_read.update(changefeed_records)
             if self.args.repair:
                 self._repair(schema_findings)
             stats = {
@@ -312,13 +329,47 @@ class Reconciliation:
                     else self.settings.registry.url
                 ),
             }
+            if changefeeds is not None:
+                stats["changefeeds"] = changefeeds
             return findings.persist(StorageLevel.MEMORY_AND_DISK), sequences, stats
         finally:
             changelog_records.unpersist()
             if self.registry is not None:
                 self._await(self.registry.close())
 
-    def _read(self, snapshot, names):
+    def _verify_changefeeds(self, read, topics: list[str], directory):
+        """(findings, summary["changefeeds"], records read per topic) of the changefeed topics:
+        verified on the executors, only Spark's aggregates collected."""
+        from pyspark import StorageLevel
+
+        from kdiv.reconcile.changefeeds import (
+            ChangefeedCounts,
+            collect_counts,
+            fault_findings,
+            plan_for,
+            read_plan,
+            summary_of,
+            verified_rows,
+        )
+        from kdiv.reconcile.findings import REPORT_SCHEMA
+        from kdiv.reconcile.schemas import ReplayedRegistry
+
+        # A replayed registry log holds every schema: executors then need no registry at all.
+        replayed = dict(directory.state.schemas) if isinstance(directory, ReplayedRegistry) else None
+        plan = plan_for(self.settings.changefeeds, topics, self.settings.registry, replayed)
+        verified = None
+        for names, split in read_plan(plan, self.args.max_records_per_split):
+            rows = verified_rows(read(names, split), plan)
+            verified = rows if verified is None else verified.unionByName(rows)
+        if verified is None:
+            # No changefeed topic on the cluster (yet): zeros, so the summary still says so.
+            return self.spark.createDataFrame([], REPORT_SCHEMA), summary_of(plan, ChangefeedCounts({}, {}, {})), {}
+        # Verifying is the costly part: done once, its few rows (faults, counts) kept.
+        verified = verified.persist(StorageLevel.MEMORY_AND_DISK)
+        counts = collect_counts(verified)
+        return fault_findings(verified), summary_of(plan, counts), counts.records
+
+    def _read(self, snapshot, names, max_records_per_split: int | None = None):
         """The snapshot's records of `names`, through the source this run resolved."""
         from kdiv.reconcile.kafka_source import read_topics
 
@@ -329,7 +380,7 @@ class Reconciliation:
             names,
             librdkafka=librdkafka,
             source=self.source,
-            max_records_per_split=self.args.max_records_per_split,
+            max_records_per_split=max_records_per_split or self.args.max_records_per_split,
         )
 
     def _directory(self):

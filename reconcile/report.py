@@ -2,8 +2,10 @@
 
   summary.json     the run's summary (keys: see kdiv.reconcile.prometheus) plus, from the findings,
                    `counts` {class: finding rows}, `records` {class: records the findings
-                   stand for} and `by_topic` {topic: {class: finding rows}}
-  discrepancies/   Parquet of every finding (FINDINGS_SCHEMA), partitioned topic=.../class=...
+                   stand for} and `by_topic` {topic: {class: finding rows}}; with TiCDC
+                   changefeeds, `changefeeds` {topic: rows per verdict and per table}
+  discrepancies/   Parquet of every finding (FINDINGS_SCHEMA, plus CHECKSUM_COLUMNS when the
+                   findings carry them, as the job's do), partitioned topic=.../class=...
   sequences/       Parquet of the per producer-partition sequence comparison, when there is one
   report.html      one self-contained page for a person: inline CSS, plots as inline SVG,
                    no script and nothing fetched from anywhere
@@ -37,15 +39,21 @@ from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from kdiv.reconcile.findings import (
+    CHECKSUM_CLASSES,
+    CHECKSUM_FIELDS,
+    CHECKSUM_MISMATCH,
     CLASSES,
+    CORRUPTED_FLAG,
     DIVERGED,
     FINDING_FIELDS,
     LOST,
+    MALFORMED,
     SCHEMA_UNKNOWN,
     SEQUENCE_BEHIND,
     SUBJECT_MISMATCH,
     UNREADABLE,
     UNVALIDATED,
+    with_checksum_columns,
 )
 
 STATUS_CLEAN = "clean"
@@ -97,7 +105,18 @@ CLASS_COLOURS = {
     SCHEMA_UNKNOWN: "#7f7f7f",
     UNREADABLE: "#e377c2",
 }
+# The changefeed classes, reported only by runs that verify changefeeds (summary["changefeeds"]).
+CHECKSUM_CLASS_MEANINGS = {
+    CHECKSUM_MISMATCH: "changefeed row whose TiCDC row checksum does not match its columns",
+    CORRUPTED_FLAG: "changefeed row TiCDC itself flagged corrupted (its checksum disagreed with TiDB's)",
+    MALFORMED: "changefeed record that cannot be read as a TiCDC message (or its writer schema is unknown)",
+}
+CHECKSUM_CLASS_COLOURS = {CHECKSUM_MISMATCH: "#843c39", CORRUPTED_FLAG: "#393b79", MALFORMED: "#637939"}
+_MEANINGS = {**CLASS_MEANINGS, **CHECKSUM_CLASS_MEANINGS}
+_COLOURS = {**CLASS_COLOURS, **CHECKSUM_CLASS_COLOURS}
 _SPARE_COLOURS = ("#bcbd22", "#17becf", "#2ca02c")
+# Row checksum verdicts, in the order the changefeed table shows them.
+CHECKSUM_VERDICTS = ("OK", CHECKSUM_MISMATCH, CORRUPTED_FLAG, "SKIPPED", MALFORMED)
 
 _SECOND_MS = 1_000
 _MINUTE_MS = 60 * _SECOND_MS
@@ -140,15 +159,17 @@ def write_report(
     """Write summary.json, discrepancies/, sequences/ (when `sequences` is given) and
     report.html into `out_dir`.
 
-    `findings`: rows of FINDINGS_SCHEMA. `sequences`: rows with SEQUENCE_FIELDS (extra
-    columns are dropped). `summary`: the run's summary as the caller knows it; its `status`
+    `findings`: rows of FINDINGS_SCHEMA, with or without CHECKSUM_COLUMNS (the Parquet keeps
+    the columns given). `sequences`: rows with SEQUENCE_FIELDS (extra columns are dropped). `summary`: the run's summary as the caller knows it; its `status`
     may be left out (it follows from the findings) or be "failed", but "clean" with findings
     or "discrepancies" without is a contradiction and raises ValueError before anything is
     written.
     """
     out_dir = Path(out_dir)
     findings_cached_here = not findings.is_cached
-    findings = findings.select(*FINDING_FIELDS)
+    written_fields = FINDING_FIELDS + tuple(name for name in CHECKSUM_FIELDS if name in findings.columns)
+    # Every column from here on, so the page reads one row shape whatever the caller gave.
+    findings = with_checksum_columns(findings)
     if findings_cached_here:
         findings = findings.persist()
     sequences_cached_here = sequences is not None and not sequences.is_cached
@@ -163,9 +184,9 @@ def write_report(
 
         discrepancies_dir = out_dir / DISCREPANCIES_DIR
         if class_counts:
-            _write_findings_parquet(findings, discrepancies_dir)
+            _write_findings_parquet(findings.select(*written_fields), discrepancies_dir)
         else:
-            _write_empty_findings_parquet(findings, discrepancies_dir)
+            _write_empty_findings_parquet(findings.select(*written_fields), discrepancies_dir)
         sequences_dir: Path | None = out_dir / SEQUENCES_DIR
         sequence_sample = None
         if sequences is not None:
@@ -322,6 +343,7 @@ _FINDING_ORDER = (
     "expected_subject",
     "registered_subjects",
     "detail",
+    *CHECKSUM_FIELDS,
 )
 
 
@@ -358,7 +380,7 @@ def _sequence_sample(sequences: DataFrame) -> _SequenceSample:
 
 
 def _summary_with_counts(summary: Mapping[str, Any], class_counts: Sequence[_ClassCount]) -> dict[str, Any]:
-    classes = _classes_present(c.cls for c in class_counts)
+    classes = _classes_present((c.cls for c in class_counts), checksums="changefeeds" in summary)
     counts = dict.fromkeys(classes, 0)
     records = dict.fromkeys(classes, 0)
     # Every topic the run covered, zeros included, so a gauge falls back to 0 when its
@@ -378,10 +400,12 @@ def _summary_with_counts(summary: Mapping[str, Any], class_counts: Sequence[_Cla
     return {**summary, "status": status, "counts": counts, "records": records, "by_topic": by_topic}
 
 
-def _classes_present(found: Iterable[str]) -> list[str]:
-    """CLASSES in their order, then any other class the findings carry: a class this module
-    does not know is still reported, never dropped."""
-    return [*CLASSES, *sorted(set(found) - set(CLASSES))]
+def _classes_present(found: Iterable[str], checksums: bool = False) -> list[str]:
+    """CLASSES in their order (then CHECKSUM_CLASSES, for a run that verified changefeeds),
+    then any other class the findings carry: a class this module does not know is still
+    reported, never dropped."""
+    known = [*CLASSES, *(CHECKSUM_CLASSES if checksums else ())]
+    return [*known, *sorted(set(found) - set(known))]
 
 
 def _run_topics(summary: Mapping[str, Any]) -> list[str]:
@@ -537,9 +561,9 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _colour(cls: str, classes: Sequence[str]) -> str:
-    if cls in CLASS_COLOURS:
-        return CLASS_COLOURS[cls]
-    spares = [c for c in classes if c not in CLASS_COLOURS]
+    if cls in _COLOURS:
+        return _COLOURS[cls]
+    spares = [c for c in classes if c not in _COLOURS]
     return _SPARE_COLOURS[spares.index(cls) % len(_SPARE_COLOURS)]
 
 
@@ -607,7 +631,7 @@ def _render_report(
             f'<span class="swatch" style="background:{_colour(c, classes)}"></span>{_e(c)}',
             _int(counts[c]),
             _int(records[c]),
-            _e(CLASS_MEANINGS.get(c, "")),
+            _e(_MEANINGS.get(c, "")),
         )
         for c in classes
     ]
@@ -655,6 +679,10 @@ def _render_report(
         )
     )
 
+    if "changefeeds" in summary:
+        body.append("<h2>Changefeed row checksums</h2>")
+        body += _changefeed_section(summary["changefeeds"] or {})
+
     body.append("<h2>Findings by partition</h2>")
     if total == 0:
         body.append('<p class="note">No findings, so nothing to plot.</p>')
@@ -693,7 +721,15 @@ _OPTIONAL_COLUMN_TITLES = {
     "schema_id": "Schema id",
     "expected_subject": "Expected subject",
     "registered_subjects": "Registered subjects",
+    "table": "Table",
+    "row_key": "Row key",
+    "image": "Image",
+    "commit_ts": "Commit ts",
+    "expected_checksum": "Expected checksum",
+    "computed_checksum": "Computed checksum",
 }
+# Identifiers rather than quantities: shown whole, without thousands separators.
+_NUMBERED_IDS = ("commit_ts", "expected_checksum", "computed_checksum")
 
 
 def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
@@ -719,8 +755,12 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
             return "—"
         if name == "registered_subjects":
             return ", ".join(f"<code>{_e(s)}</code>" for s in value) or '<span class="note">(none)</span>'
-        if name in ("producer", "expected_subject"):
+        if name in ("producer", "expected_subject", "table", "row_key"):
             return f"<code>{_e(value)}</code>"
+        if name in _NUMBERED_IDS:
+            return _e(value)
+        if name == "image":
+            return _e(value)
         return _int(value)
 
     table_rows = [
@@ -737,17 +777,70 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
         for r in rows
     ]
     numeric = {1, 2, len(header) - 2} | {
-        4 + i for i, name in enumerate(optional) if name in ("segment", "seq", "schema_id")
+        4 + i for i, name in enumerate(optional) if name in ("segment", "seq", "schema_id", *_NUMBERED_IDS)
     }
     return [
         f"<h3>{_e(heading)}</h3>",
-        f'<p class="note">{_e(CLASS_MEANINGS.get(cls, ""))}. Ordered by topic, partition, offset.</p>',
+        f'<p class="note">{_e(_MEANINGS.get(cls, ""))}. Ordered by topic, partition, offset.</p>',
         _table(
             header,
             table_rows,
             table_id=f"findings-{cls.lower()}",
             column_classes={**dict.fromkeys(numeric, "num"), len(header) - 1: "detail"},
         ),
+    ]
+
+
+def _changefeed_section(changefeeds: Mapping[str, Any]) -> list[str]:
+    """Row images verified per topic and table, by verdict (summary["changefeeds"])."""
+    if not changefeeds:
+        return ['<p class="note">No changefeed topic was found on the cluster.</p>']
+    verdicts = list(CHECKSUM_VERDICTS)
+    for topic_summary in changefeeds.values():
+        verdicts += [v for v in topic_summary.get("rows", {}) if v not in verdicts]
+    rows: list[tuple[str, ...]] = []
+    row_classes: list[str] = []
+    notes = []
+    for topic in sorted(changefeeds):
+        entry = changefeeds[topic]
+        protocol = _e(entry.get("protocol", "—"))
+        for table, per_verdict in sorted((entry.get("tables") or {}).items()):
+            rows.append(
+                (
+                    f"<code>{_e(topic)}</code>",
+                    f"<code>{_e(table)}</code>",
+                    protocol,
+                    _int(sum(per_verdict.values())),
+                    *(_int(per_verdict.get(v, 0)) for v in verdicts),
+                )
+            )
+            row_classes.append("")
+        totals = entry.get("rows") or {}
+        rows.append(
+            (
+                f"<code>{_e(topic)}</code>",
+                "All tables",
+                protocol,
+                _int(sum(totals.values())),
+                *(_int(totals.get(v, 0)) for v in verdicts),
+            )
+        )
+        row_classes.append("total")
+        skipped = entry.get("skipped") or {}
+        if skipped:
+            reasons = ", ".join(f"{_e(reason)}: {_int(n)}" for reason, n in sorted(skipped.items()))
+            notes.append(f'<p class="note">Skipped in <code>{_e(topic)}</code>: {reasons}.</p>')
+    return [
+        '<p class="note">Every row image of the changefeed topics\' snapshot, verified by its TiCDC row '
+        "checksum (a Simple UPDATE has two images). SKIPPED rows were not verified, for the reasons below.</p>",
+        _table(
+            ("Topic", "Table", "Protocol", "Rows", *verdicts),
+            rows,
+            table_id="changefeed-rows",
+            column_classes=dict.fromkeys(range(3, len(verdicts) + 4), "num"),
+            row_classes=row_classes,
+        ),
+        *notes,
     ]
 
 
