@@ -8,6 +8,10 @@ records without a key.
 Per-partition locks make the order on the wire equal sequence order: a record's DIV update
 and its hand-off to the producer's accumulator happen under the partition's lock, and
 aiokafka keeps one batch in flight per partition, so retries cannot reorder.
+
+Tracing (the pipeline audit): with `tracing` (a `kdiv.trace.sampling` spec such as
+"orders=0.01,*=0"), a sampled share of each topic's records carries a trace header with a new
+trace id; a record that already carries one (a processor forwarding it) keeps it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord
 from kdiv.div.wire import ChecksumType, Kind
 from kdiv.kafka.produce import new_producer
+from kdiv.trace.header import TRACE_HEADER, encode_trace
+from kdiv.trace.sampling import Sampler, SamplingSpec
 
 
 class DivWriter:
@@ -43,6 +49,7 @@ class DivWriter:
         clock_ms: Callable[[], int] = wall_clock_ms,
         guid: bytes | None = None,
         owns_producer: bool = False,
+        tracing: Sampler | SamplingSpec | str | None = None,
     ) -> None:
         # The CRC covers the exact bytes on the wire, so the producer must not re-serialize.
         if getattr(producer, "_key_serializer", None) or getattr(producer, "_value_serializer", None):
@@ -60,6 +67,10 @@ class DivWriter:
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._round_robin: dict[str, itertools.cycle] = {}
         self._closed = False
+        # Traced records (the pipeline audit): a sampled share per topic gets a trace header.
+        if isinstance(tracing, str):
+            tracing = SamplingSpec.parse(tracing)
+        self.tracing = Sampler(tracing) if isinstance(tracing, SamplingSpec) else tracing
 
     @classmethod
     async def start(
@@ -110,8 +121,14 @@ class DivWriter:
         self._check_open()
         if partition is None:
             partition = await self.partition_for(topic, key)
+        headers = tuple(headers)
+        if self.tracing is not None and not any(name == TRACE_HEADER for name, _ in headers):
+            # A record that already carries a trace (a processor forwarding it) keeps it.
+            stamp = self.tracing.stamp_for(topic, self.clock_ms())
+            if stamp is not None:
+                headers += ((TRACE_HEADER, encode_trace(stamp)),)
         async with self._lock(topic, partition):
-            records = self.stamper.data(topic, partition, key, value, self.clock_ms(), tuple(headers))
+            records = self.stamper.data(topic, partition, key, value, self.clock_ms(), headers)
             future = await self._enqueue(records)
         assert future is not None, "a data record is always among the records sent"
         return future
