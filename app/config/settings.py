@@ -9,12 +9,15 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from kdiv.config.env import PREFIX, EnvReader, SettingsError
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.validator import DEFAULT_WINDOW
 from kdiv.ticdc.timestamps import TimestampMode, load_zone
+from kdiv.trace.routes import Route, RouteError, parse_routes
+from kdiv.trace.sampling import SamplingError, SamplingSpec
 
 GUARANTEES = ("at_least_once", "exactly_once")
 PHASES = ("stream", "push")
@@ -136,6 +139,57 @@ def _pattern(env: EnvReader, name: str) -> re.Pattern | None:
 
 
 @dataclass(frozen=True)
+class AuditSettings:
+    """The pipeline audit (KDIV_ROUTES, KDIV_TRACE_*): traced records followed across hops."""
+
+    # "name=topic>group>topic[|topic]>group>topic;..." (kdiv.trace.routes), as given.
+    routes_text: str = ""
+    # After a processor's group has committed past a traced record, how long its output may
+    # take to appear before the record is LOST.
+    grace_ms: int = 30_000
+    # A trace unresolved this long after it was first seen is reported UNRESOLVED and dropped.
+    max_wait_ms: int = 6 * 3600 * 1000
+    # Partitions of the observations topic (traces are judged where their id hashes to).
+    partitions: int = 4
+    offsets_poll_s: float = 2.0
+    # The writers' sampling spec, when known: the views scale their counts by it.
+    sampling_text: str = ""
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.routes_text.strip())
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AuditSettings:
+        env = EnvReader(environ)
+        routes_text = env.str("ROUTES", "")
+        try:
+            parse_routes(routes_text)
+        except RouteError as bad:
+            raise SettingsError(f"{PREFIX}ROUTES: {bad}") from None
+        sampling_text = env.str("TRACE_SAMPLING", "")
+        try:
+            SamplingSpec.parse(sampling_text)
+        except SamplingError as bad:
+            raise SettingsError(f"{PREFIX}TRACE_SAMPLING: {bad}") from None
+        return cls(
+            routes_text=routes_text,
+            grace_ms=int(env.float("TRACE_GRACE_S", cls.grace_ms / 1000) * 1000),
+            max_wait_ms=int(env.float("TRACE_MAX_WAIT_S", cls.max_wait_ms / 1000) * 1000),
+            partitions=env.int("TRACE_PARTITIONS", cls.partitions, minimum=1),
+            offsets_poll_s=env.float("TRACE_OFFSETS_POLL_S", cls.offsets_poll_s),
+            sampling_text=sampling_text,
+        )
+
+    @cached_property
+    def routes(self) -> tuple[Route, ...]:
+        return parse_routes(self.routes_text) if self.configured else ()
+
+    def route_topics(self) -> frozenset[str]:
+        return frozenset(topic for route in self.routes for topic in route.topics)
+
+
+@dataclass(frozen=True)
 class Settings:
     bootstrap: str = "127.0.0.1:9092"
     app_id: str = "kdiv"
@@ -185,10 +239,20 @@ class Settings:
     # serve the latest run's summary when set.
     reconcile_reports: Path | None = None
     changefeeds: ChangefeedSettings = field(default_factory=ChangefeedSettings)
+    audit: AuditSettings = field(default_factory=AuditSettings)
 
     @property
     def incidents(self) -> str:
         return self.incident_topic or f"{self.app_id}-incidents"
+
+    @property
+    def observations(self) -> str:
+        """The pipeline audit's observations topic (traced records seen, keyed by trace)."""
+        return f"{self.app_id}-trace-observations"
+
+    @property
+    def _route_topics(self) -> frozenset[str]:
+        return self.audit.route_topics()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -198,7 +262,8 @@ class Settings:
         if topics and pattern:
             raise SettingsError(f"set {PREFIX}TOPICS or {PREFIX}TOPIC_PATTERN, not both")
         changefeeds = ChangefeedSettings.from_env(environ)
-        if not topics and not pattern and not changefeeds.configured:
+        audit = AuditSettings.from_env(environ)
+        if not topics and not pattern and not changefeeds.configured and not audit.configured:
             raise SettingsError(
                 f"no watched topics: set {PREFIX}TOPICS (names) or {PREFIX}TOPIC_PATTERN (regex), "
                 f"or TiCDC changefeeds ({PREFIX}TICDC_TOPICS or {PREFIX}TICDC_TOPIC_PATTERN)"
@@ -239,6 +304,7 @@ class Settings:
             schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
             reconcile_reports=Path(env.str("RECONCILE_REPORTS", "")) if env.str("RECONCILE_REPORTS", "") else None,
             changefeeds=changefeeds,
+            audit=audit,
         )
         if changefeeds.configured and not settings.registry.configured and changefeeds.uses_avro:
             raise SettingsError(
@@ -272,9 +338,9 @@ class Settings:
     def watches(self, topic: str) -> bool:
         """True for a watched topic (never one of kdiv's own topics)."""
         own = topic.startswith(f"{self.app_id}-") and (topic.endswith("-changelog") or "-__assignor-" in topic)
-        if own or topic == self.incidents or topic.startswith("__"):
+        if own or topic in (self.incidents, self.observations) or topic.startswith("__"):
             return False
-        if self.changefeeds.declares(topic):
+        if self.changefeeds.declares(topic) or topic in self._route_topics:
             return True
         if self.topic_pattern is not None:
             return self.topic_pattern.fullmatch(topic) is not None

@@ -96,10 +96,16 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
         if create_own:
             # One partition: incidents are few, and one order makes "recent" and paging simple.
             await _ensure_compacted_topic(admin, settings, settings.incidents, 1)
+            if settings.audit.configured:
+                # Every observation of a trace is kept until judged: not compacted by trace key.
+                await _ensure_compacted_topic(
+                    admin, settings, settings.observations, settings.audit.partitions, compacted=False
+                )
         started = last_log = time.monotonic()
         while True:
             counts = await _partition_counts(admin, settings)
-            missing = [t for t in (*settings.topics, *settings.changefeeds.topics) if t not in counts]
+            named = (*settings.topics, *settings.changefeeds.topics, *sorted(settings.audit.route_topics()))
+            missing = [t for t in named if t not in counts]
             if counts and not missing:
                 break
             pattern = settings.topic_pattern.pattern if settings.topic_pattern is not None else ""
@@ -162,14 +168,16 @@ async def _compaction_lags(admin: AIOKafkaAdminClient, settings: Settings, names
     return lags
 
 
-async def _ensure_compacted_topic(admin: AIOKafkaAdminClient, settings: Settings, name: str, partitions: int) -> None:
+async def _ensure_compacted_topic(
+    admin: AIOKafkaAdminClient, settings: Settings, name: str, partitions: int, *, compacted: bool = True
+) -> None:
     if name in await admin.list_topics():
         return
     topic = NewTopic(
         name,
         num_partitions=partitions,
         replication_factor=settings.replication_factor,
-        topic_configs={"cleanup.policy": "compact"},
+        topic_configs={"cleanup.policy": "compact" if compacted else "delete"},
     )
     response = await admin.create_topics([topic])
     for created, error_code, *rest in response.topic_errors:

@@ -18,6 +18,7 @@ from typing import cast
 from kdiv.changefeed.verify import RowVerdict
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
+from kdiv.trace.judge import TraceOutcome, TraceVerdict
 from kdiv.worker.live import Rewind
 
 NOT_FAULTS = frozenset({Verdict.OK, Verdict.UNTRACKED})
@@ -53,10 +54,17 @@ class Incident:
     commit_ts: int | None = None
     expected_checksum: int | None = None
     computed_checksum: int | None = None
+    # Pipeline audit incidents (LOST, DUPLICATED, UNRESOLVED): the trace and the hop.
+    route: str | None = None
+    trace_id: str | None = None
+    hop: int | None = None
+    group: str | None = None
 
     @property
     def identity(self) -> tuple:
         """What makes two reports the same fault (the compacted topic's key fields)."""
+        if self.trace_id is not None:
+            return (self.route, self.trace_id, self.hop, self.verdict)
         if self.row_image is not None:
             return (self.topic, self.partition, self.offset, self.row_image, self.verdict)
         if self.schema_id is not None:
@@ -66,7 +74,9 @@ class Incident:
     @property
     def key(self) -> bytes:
         """The incidents topic key: the identity as JSON."""
-        if self.row_image is not None:
+        if self.trace_id is not None:
+            fields = {"route": self.route, "trace": self.trace_id, "hop": self.hop, "class": self.verdict}
+        elif self.row_image is not None:
             fields = {
                 "topic": self.topic,
                 "partition": self.partition,
@@ -104,6 +114,9 @@ class Incident:
         if self.row_image is None:
             for name in _ROW_FIELDS:
                 del fields[name]
+        if self.trace_id is None:
+            for name in _TRACE_FIELDS:
+                del fields[name]
         else:
             fields["row_key"] = dict(self.row_key or ())
         return fields
@@ -124,6 +137,7 @@ class Incident:
         return cls(**fields)
 
 
+_TRACE_FIELDS = ("route", "trace_id", "hop", "group")
 _ROW_FIELDS = ("table", "row_key", "row_image", "commit_ts", "expected_checksum", "computed_checksum")
 # A corrupt row reached the changefeed's consumers; a message kdiv cannot read is a warning.
 _CHECKSUM_SEVERITY = {"CHECKSUM_MISMATCH": "fatal", "CORRUPTED_FLAG": "fatal"}
@@ -371,3 +385,26 @@ class FaultRunLog:
                 last,
                 producer.hex() if producer is not None else NO_PRODUCER,
             )
+
+
+def trace_incident(verdict: TraceVerdict, detected_at_ms: int) -> Incident:
+    """A traced record lost or duplicated between two hops of a route, or never resolved;
+    identified by route, trace and hop, so judging it again after a crash rewrites the key."""
+    topic, partition, offset = verdict.source if verdict.source is not None else ("-", -1, -1)
+    return Incident(
+        topic=topic,
+        partition=partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=offset,
+        verdict=verdict.outcome.value,
+        offset=offset,
+        severity="fatal" if verdict.outcome is TraceOutcome.LOST else "warning",
+        detail=verdict.detail,
+        record_timestamp_ms=-1,
+        detected_at_ms=detected_at_ms,
+        route=verdict.route,
+        trace_id=verdict.trace_id.hex(),
+        hop=verdict.hop,
+        group=verdict.group,
+    )

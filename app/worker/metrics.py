@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from kdiv.div.faults import Verdict
+from kdiv.worker.audit import LATENCY_BUCKETS_MS
 
 # aiohttp sets the charset itself and refuses one here.
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -73,6 +74,9 @@ class WorkerCollector:
         for (topic, table, verdict), count in sorted(by_table.items()):
             rows.add_metric([topic, table, verdict], count)
         yield rows
+
+        if worker.audit is not None:
+            yield from _audit_metrics(worker.audit)
 
         stats = worker.stats
         for name, help_text, value in (
@@ -158,6 +162,51 @@ class WorkerCollector:
             gauge = GaugeMetricFamily(name, help_text)
             gauge.add_metric([], value)
             yield gauge
+
+
+def _audit_metrics(audit) -> Iterator[Metric]:
+    """The pipeline audit's counters per route and hop (of traced records only)."""
+    observed = CounterMetricFamily(
+        "kdiv_trace_observations", "Traced records seen per route and stage", labels=["route", "stage"]
+    )
+    for (route, stage), count in sorted(audit.traced.items()):
+        observed.add_metric([route, str(stage)], count)
+    outcomes = CounterMetricFamily(
+        "kdiv_trace_outcomes",
+        "Traces judged per route and hop: DELIVERED (at the route's end), LOST, DUPLICATED, UNRESOLVED",
+        labels=["route", "hop", "outcome"],
+    )
+    latency = HistogramMetricFamily(
+        "kdiv_trace_hop_latency_ms", "Per hop: output record timestamp minus input's", labels=["route", "hop"]
+    )
+    for (route, hop), stats in sorted(audit.hops.items()):
+        for outcome, count in sorted(stats.outcomes.items()):
+            outcomes.add_metric([route, str(hop), outcome], count)
+        if any(stats.latency_buckets):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*LATENCY_BUCKETS_MS, float("inf")), stats.latency_buckets, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+            latency.add_metric([route, str(hop)], buckets, stats.latency_sum_ms)
+    yield from (observed, outcomes, latency)
+    for name, help_text, value, kind in (
+        ("kdiv_trace_open", "Traces awaiting a verdict on this worker", audit.open_traces(), GaugeMetricFamily),
+        (
+            "kdiv_trace_header_errors",
+            "Unreadable trace headers on route topics",
+            audit.header_errors,
+            CounterMetricFamily,
+        ),
+        (
+            "kdiv_trace_bad_observations",
+            "Unreadable observations or saved traces",
+            audit.bad_observations,
+            CounterMetricFamily,
+        ),
+    ):
+        family = kind(name, help_text)
+        family.add_metric([], value)
+        yield family
 
 
 def render(worker) -> bytes:

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
@@ -41,6 +43,7 @@ from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
 from kdiv.state.values import StateValues
+from kdiv.worker.audit import PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
@@ -60,6 +63,7 @@ from kdiv.worker.incidents import (
     incidents_for,
     rewind_incident,
     schema_incident,
+    trace_incident,
 )
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
@@ -149,6 +153,13 @@ class ValidationWorker:
         self._schema_judged: set[tuple[str, int, str, int]] = set()
         self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
         self.topics = frozenset(t.name for t in cluster.topics)
+        # The pipeline audit: observations of the route topics' traced records, judged where
+        # their trace hashes to in the observations topic (its records go to `process` too).
+        self.audit: PipelineAudit | None = None
+        if settings.audit.configured:
+            self.audit = PipelineAudit(settings)
+            self.topics |= {settings.observations}
+            self.trace_table = self._trace_table(settings.audit.partitions)
         # Validated, not yet written: flushed before Faust commits (see `flush`).
         self._pending: dict[tuple[str, int], list[Incident]] = {}
         self._unflushed: set[tuple[str, int]] = set()
@@ -192,6 +203,81 @@ class ValidationWorker:
             await self.after_restore(table, changelog)
 
         return table
+
+    def _trace_table(self, partitions: int) -> StateTable:
+        """The audit's open traces (packed `TraceState`s), co-partitioned with the observations."""
+        table = cast(
+            StateTable,
+            self.app.Table(
+                "traces",
+                partitions=partitions,
+                key_type=bytes,
+                value_type=bytes,
+                help="kdiv pipeline audit: open traces by observations partition, route and trace id",
+            ),
+        )
+
+        @table.on_recover
+        async def after_restore() -> None:
+            self._load_traces()
+
+        return table
+
+    def _load_traces(self) -> None:
+        """Judges for the assigned observations partitions, from the saved traces."""
+        audit = self.audit
+        if audit is None or self.app.consumer is None:
+            return
+        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.settings.observations}
+        for partition in sorted(assigned - audit.judges.keys()):
+            loaded = audit.load(partition, self.trace_table.items())
+            log.info("pipeline audit: %d open traces loaded for observations partition %d", loaded, partition)
+
+    def _hop_inputs(self) -> dict[str, list[TopicPartition]]:
+        """Per route group, the partitions of the topics its hops read."""
+        inputs: dict[str, set[TopicPartition]] = {}
+        for route in cast(PipelineAudit, self.audit).routes:
+            for hop in route.hops:
+                for topic in hop.sources:
+                    watched = self.cluster.topic(topic)
+                    if watched is not None:
+                        inputs.setdefault(hop.group, set()).update(
+                            TopicPartition(topic, p) for p in range(watched.partitions)
+                        )
+        return {group: sorted(tps) for group, tps in inputs.items()}
+
+    async def poll_committed_offsets(self) -> None:
+        """The route groups' committed offsets, polled: the judges' evidence of loss."""
+        audit = self.audit
+        if audit is None:
+            return
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.settings.bootstrap,
+            client_id=f"{self.settings.app_id}-audit-offsets",
+            **self.settings.kafka_security.aiokafka_kwargs(),
+        )
+        await admin.start()
+        try:
+            while True:
+                try:
+                    groups = {g[0] for g in await admin.list_consumer_groups()}
+                    audit.known_groups = frozenset(groups)
+                    offsets = {}
+                    for group, inputs in sorted(self._hop_inputs().items()):
+                        if group not in groups:
+                            continue
+                        # The hop's input partitions, named: what the judges need, and all a
+                        # broker must answer (Tansu cannot answer for a whole group).
+                        found = await admin.list_consumer_group_offsets(group, partitions=inputs)
+                        for tp, meta in found.items():
+                            if meta.offset >= 0:
+                                offsets[(group, tp.topic, tp.partition)] = meta.offset
+                    audit.note_committed(offsets)
+                except KafkaError as failed:
+                    log.warning("pipeline audit: committed offsets not read: %s", failed)
+                await asyncio.sleep(self.settings.audit.offsets_poll_s)
+        finally:
+            await admin.close()
 
     # -- the state's schemas -----------------------------------------------------------------
 
@@ -367,6 +453,11 @@ class ValidationWorker:
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
             self.changefeeds.forget(tp.topic, tp.partition)
+            if self.audit is not None:
+                if tp.topic == self.settings.observations:
+                    self.audit.unload(tp.partition)
+                else:
+                    self.audit.forget_source(tp.topic, tp.partition)
 
     def on_assigned(self, assigned: Iterable[TP]) -> None:
         """Unload loaded partitions that this assignment did not keep."""
@@ -503,6 +594,16 @@ class ValidationWorker:
             if topic in self.changefeed_topics:
                 await self._verify_changefeed(key, records, now)
                 continue
+            audit = self.audit
+            if audit is not None:
+                if topic == self.settings.observations:
+                    if partition not in audit.judges:
+                        audit.load(partition, self.trace_table.items())
+                    audit.receive(partition, records, now)
+                    self._unflushed.add(key)
+                    continue
+                if audit.is_route_topic(topic):
+                    audit.observe(topic, partition, records)
             if not live.is_loaded(*key):
                 self._load_assigned()
                 if not live.is_loaded(*key):  # not in the assignment the consumer reports yet
@@ -565,6 +666,8 @@ class ValidationWorker:
             await self._judge_schemas(framed, self._pending)
         for incident in self.changefeeds.give_up_held(self.clock()):
             self._pending.setdefault((incident.topic, incident.partition), []).append(incident)
+        if self.audit is not None:
+            self._judge_traces()
         await self._check_recreated_topics()
         self._check_high_watermarks()
         self._note_rewinds()
@@ -576,6 +679,19 @@ class ValidationWorker:
         self.runs.observe(observed)
         self._watch.clear()
         self.stats.batches += 1
+
+    def _judge_traces(self) -> None:
+        """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their
+        observations partition's table changes."""
+        audit = cast(PipelineAudit, self.audit)
+        now = self.clock()
+        for partition, verdict in audit.judge(now):
+            if verdict.outcome.value != "DELIVERED":
+                incident = trace_incident(verdict, now)
+                log.error("%s on route %s: %s", incident.verdict, verdict.route, verdict.detail)
+                self._pending.setdefault((self.settings.observations, partition), []).append(incident)
+        for partition in audit.judges:
+            self._unflushed.add((self.settings.observations, partition))
 
     def _note_framing(self, topic: str, partition: int, record: FetchedRecord, framed: dict) -> None:
         parts = (
@@ -602,10 +718,14 @@ class ValidationWorker:
         # crash between the two re-emits them under the same keys, never loses them.
         # So are the key ledger's entries: a crash before the state re-sends the same entries.
         incidents = [i for tp in partitions for i in self._pending.pop(tp, ())]
-        acks = await self._send_ledger_entries(partitions)
+        acks: list[Awaitable[object]] = [*await self._send_ledger_entries(partitions)]
+        acks += await self._send_observations(partitions)
         await self._send_incidents(incidents)
         await asyncio.gather(*acks)
         for topic, partition in partitions:
+            if topic == self.settings.observations:
+                self._write_traces(partition)
+                continue
             writes = self.live.take_writes(topic, partition)
             with writing_in_partition(topic, partition):
                 if writes is None:
@@ -617,6 +737,30 @@ class ValidationWorker:
                     else:
                         table[key] = state
             self.stats.state_writes += 1
+
+    async def _send_observations(self, partitions: Sequence[tuple[str, int]]) -> list[Awaitable[object]]:
+        """Hand the observations of `partitions`' traced records to the producer; their acks."""
+        audit = self.audit
+        if audit is None:
+            return []
+        acks: list[Awaitable[object]] = []
+        producer = self.app.producer
+        for topic, partition in partitions:
+            for key, value in audit.take_observations(topic, partition):
+                acks.append(await producer.send(self.settings.observations, key, value, None, None, None))
+        return acks
+
+    def _write_traces(self, partition: int) -> None:
+        changes = cast(PipelineAudit, self.audit).take_changes(partition)
+        if not changes:
+            return
+        with writing_in_partition(self.settings.observations, partition):
+            for key, state in changes:
+                if state is None:
+                    self.trace_table.pop(key, None)
+                else:
+                    self.trace_table[key] = state
+        self.stats.state_writes += 1
 
     # -- incidents, for the views ------------------------------------------------------------
 
@@ -707,6 +851,10 @@ def build_app(
     # Subscribed through Faust (assignment, commits, co-partitioned tables); the records
     # themselves go to the worker in whole fetched batches, not through a stream.
     app.topics.add(app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes))
+    if settings.audit.configured:
+        app.topics.add(
+            app.topic(settings.observations, partitions=settings.audit.partitions, key_type=bytes, value_type=bytes)
+        )
     attach_batch_handler(app, worker)
 
     # Faust sends the partitions positionally, which its signal type does not describe.
@@ -723,6 +871,10 @@ def build_app(
     @app.task
     async def follow_incidents():
         await worker.read_incidents()
+
+    @app.task
+    async def poll_committed_offsets():
+        await worker.poll_committed_offsets()
 
     @app.task
     async def watch_state_schemas():

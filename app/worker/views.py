@@ -26,6 +26,7 @@ from kdiv.div.segment import SegmentStatus, as_segment
 from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
+from kdiv.trace.sampling import SamplingSpec
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.incidents import LOG_REWOUND, NO_PRODUCER
@@ -153,6 +154,7 @@ INCIDENT_CLASSES = tuple(
         [v.value for v in Verdict if v.is_fault]
         + [SCHEMA_UNKNOWN, SUBJECT_MISMATCH, LOG_REWOUND]
         + [v.value for v in ChecksumVerdict if v in FAULT_VERDICTS]
+        + ["LOST", "DUPLICATED", "UNRESOLVED"]
     )
 )
 SEVERITIES = ("fatal", "warning")
@@ -242,7 +244,7 @@ class Views:
             log.warning("worker %s did not answer %s: %s", url, request.url, bad)
             return PeerAnswer(url, None, None)
 
-    async def gather(self, request: Request, local: list[dict]) -> dict:
+    async def gather(self, request: Request, local: list[dict], sort_key=None) -> dict:
         """Local items plus every peer's, unless this is itself a peer's request."""
         if _choice_param(request, "scope", SCOPES) == LOCAL:
             return {"items": local}
@@ -254,7 +256,7 @@ class Views:
                 unavailable.append(str(answer.url))
             else:
                 items.extend(answer.body["items"])
-        items.sort(key=lambda item: (item["topic"], item["partition"], item.get("producer", "")))
+        items.sort(key=sort_key or (lambda item: (item["topic"], item["partition"], item.get("producer", ""))))
         return {"items": items, "unavailable_workers": unavailable}
 
     # -- views -------------------------------------------------------------------------------
@@ -483,6 +485,21 @@ def register_views(app, worker) -> Views:
                 return self.json(answer.body, status=answer.status)
             return error(self, 404, f"{topic}[{number}] is not a watched partition with state here")
 
+    @app.page("/routes/")
+    class RoutesView(View):
+        """The pipeline audit: per route and hop, traces judged by every worker."""
+
+        async def get(self, request: Request) -> Response:
+            try:
+                gathered = await views.gather(
+                    request, route_hop_items(views.worker), sort_key=lambda i: (i["route"], i["hop"])
+                )
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
+            if request.query.get("scope") == LOCAL:
+                return self.json(gathered)
+            return self.json(routes_summary(views.worker, gathered))
+
     @app.page("/changefeeds/")
     class ChangefeedsView(View):
         """TiCDC changefeed topics: rows verified per topic, partition and table, by verdict."""
@@ -540,3 +557,95 @@ def register_views(app, worker) -> Views:
         app.web.web_app.router.add_get(path + "/", without_slash)
 
     return views
+
+
+def route_hop_items(worker) -> list[dict]:
+    """This worker's counts per route and hop (what its judges decided, what it observed)."""
+    audit = worker.audit
+    if audit is None:
+        return []
+    items = []
+    for route in audit.routes:
+        for hop_index in range(len(route.hops)):
+            stats = audit.hops.get((route.name, hop_index))
+            outcomes = dict(stats.outcomes) if stats else {}
+            items.append(
+                {
+                    "route": route.name,
+                    "hop": hop_index,
+                    "observed_in": audit.traced.get((route.name, hop_index), 0),
+                    "observed_out": audit.traced.get((route.name, hop_index + 1), 0),
+                    "outcomes": outcomes,
+                    "latency_buckets": list(stats.latency_buckets) if stats else [],
+                    "latency_sum_ms": stats.latency_sum_ms if stats else 0,
+                    "open_traces": audit.open_traces() if hop_index == 0 else 0,
+                }
+            )
+    return items
+
+
+def routes_summary(worker, gathered: dict) -> dict:
+    """Every worker's per-hop counts summed per route and hop, with the rates they imply."""
+    audit = worker.audit
+    routes = []
+    merged: dict[tuple[str, int], dict] = {}
+    for item in gathered["items"]:
+        into = merged.setdefault(
+            (item["route"], item["hop"]),
+            {"observed_in": 0, "observed_out": 0, "outcomes": {}, "latency_sum_ms": 0, "latency_count": 0, "open": 0},
+        )
+        into["observed_in"] += item["observed_in"]
+        into["observed_out"] += item["observed_out"]
+        for outcome, count in item["outcomes"].items():
+            into["outcomes"][outcome] = into["outcomes"].get(outcome, 0) + count
+        into["latency_sum_ms"] += item["latency_sum_ms"]
+        into["latency_count"] += sum(item["latency_buckets"])
+        into["open"] += item["open_traces"]
+    sampling = SamplingSpec.parse(audit.settings.sampling_text) if audit is not None else None
+    for route in audit.routes if audit is not None else ():
+        hops = []
+        for index, hop in enumerate(route.hops):
+            counts = merged.get((route.name, index), {})
+            outcomes = counts.get("outcomes", {})
+            lost, duplicated = outcomes.get("LOST", 0), outcomes.get("DUPLICATED", 0)
+            delivered = sum(
+                merged.get((route.name, i), {}).get("outcomes", {}).get("DELIVERED", 0) for i in range(len(route.hops))
+            )
+            judged = delivered + lost
+            latency_count = counts.get("latency_count", 0)
+            hops.append(
+                {
+                    "hop": index,
+                    "from": list(route.stages[index]),
+                    "group": hop.group,
+                    "to": list(route.stages[index + 1]),
+                    "group_known": None if audit.known_groups is None else hop.group in audit.known_groups,
+                    "observed_in": counts.get("observed_in", 0),
+                    "observed_out": counts.get("observed_out", 0),
+                    "lost": lost,
+                    "duplicated": duplicated,
+                    "unresolved": outcomes.get("UNRESOLVED", 0),
+                    "loss_rate": lost / judged if judged else None,
+                    "duplicate_rate": duplicated / judged if judged else None,
+                    "mean_latency_ms": counts.get("latency_sum_ms", 0) / latency_count if latency_count else None,
+                }
+            )
+        source = route.stages[0][0]
+        rate = sampling.rate_for(source) if sampling is not None and audit.settings.sampling_text else None
+        routes.append(
+            {
+                "route": route.name,
+                "hops": hops,
+                "delivered": sum(
+                    merged.get((route.name, i), {}).get("outcomes", {}).get("DELIVERED", 0)
+                    for i in range(len(route.hops))
+                ),
+                "open_traces": sum(merged.get((route.name, i), {}).get("open", 0) for i in range(len(route.hops))),
+                "sampling_rate": rate,
+                "note": (
+                    "counts are of traced records only: writers trace a sample, so rates are estimates at the "
+                    "sampling rate" + ("" if rate is not None else " (KDIV_TRACE_SAMPLING not set: rate unknown)")
+                ),
+            }
+        )
+    return {"routes": routes, "unavailable_workers": gathered.get("unavailable_workers", [])}
