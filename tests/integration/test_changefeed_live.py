@@ -11,6 +11,7 @@ import aiohttp
 from kdiv.config.settings import RegistrySettings
 from kdiv.dev.changefeed import write_changefeed
 from tests.harness.broker import read_incidents, wait_until_caught_up
+from tests.harness.browser import dashboard
 from tests.harness.processes import WorkerProcess, free_port
 
 FAULTS_AT = {3: "mismatch", 40: "flag", 41: "mismatch", 150: "mismatch", 260: "flag", 299: "mismatch"}
@@ -89,6 +90,13 @@ async def test_live_worker_reports_exactly_the_planted_corrupt_rows(bootstrap, r
         async with aiohttp.ClientSession() as session, session.get(f"{worker.url}/metrics") as response:
             metrics = await response.text()
         assert f'kdiv_changefeed_rows_total{{table="shop.orders",topic="{topic}",verdict="OK"}}' in metrics
+        async with dashboard(worker.url) as page:
+            shown = await page.table("#changefeeds")
+            assert [r[:4] for r in shown] == [
+                [item["topic"], str(item["partition"]), item["table"], str(item["rows"])] for item in view["items"]
+            ]
+            assert await page.page.locator("#routes-section").is_hidden()
+            assert page.errors == []
         assert worker.problems() == []
     finally:
         worker.terminate()

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 
 import aiohttp
 from playwright.async_api import async_playwright
 
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, wait_until_caught_up
+from tests.harness.browser import chromium
 from tests.harness.http import http_json, wait_for_incidents_read
 from tests.harness.processes import WorkerProcess, free_port
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
-    return path
 
 
 async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(bootstrap, topic_factory, tmp_path):

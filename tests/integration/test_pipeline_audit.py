@@ -12,6 +12,7 @@ import aiohttp
 from kdiv.dev.processor import FaultyProcessor, ProcessorLedger
 from kdiv.writer import DivWriter
 from tests.harness.broker import read_incidents
+from tests.harness.browser import dashboard
 from tests.harness.processes import WorkerProcess, free_port
 
 GRACE_S = 2.0
@@ -88,6 +89,24 @@ async def trace_incidents(bootstrap: str, app_id: str, verdict: str) -> set[tupl
     return {(v[-1].partition, v[-1].offset) for v in incidents.values() if v[-1].verdict == verdict}
 
 
+async def dashboard_shows(worker: WorkerProcess, view: dict) -> None:
+    """The dashboard's routes table gives the view's figures, hop by hop."""
+    async with dashboard(worker.url) as page:
+        rows = await page.table("#routes")
+        assert [(r[0], r[3], r[5], r[6], r[7], r[8]) for r in rows] == [
+            (
+                route["route"],
+                hop["group"],
+                *(str(hop[k]) for k in ("observed_in", "observed_out", "lost", "duplicated")),
+            )
+            for route in view["routes"]
+            for hop in route["hops"]
+        ]
+        assert "estimates at the sampling rate" in await page.page.locator("#routes-note").inner_text()
+        assert await page.page.locator("#changefeeds-section").is_hidden()
+        assert page.errors == []
+
+
 async def run_pipeline(bootstrap, topic_factory, tmp_path, fault: str, *, stall_s: float = 0.0):
     source, sink = topic_factory(4), topic_factory(4)
     group = f"proc{uuid.uuid4().hex[:8]}"
@@ -126,6 +145,7 @@ async def run_pipeline(bootstrap, topic_factory, tmp_path, fault: str, *, stall_
         await second.stop()
         ledger = ProcessorLedger.merged([first.ledger, second.ledger])
         view = await wait_all_judged(worker, traced, sum(ledger.writes.values()))
+        await dashboard_shows(worker, view)
         return worker, traced, view, ledger
     finally:
         stop.set()
