@@ -19,6 +19,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kdiv.config.settings import Settings
 from kdiv.kafka.tansu import detect_tansu
 from kdiv.state.tables import ledger_changelog_topic_name, ledger_partition_counts
+from kdiv.trace.routes import validate_routes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,6 +116,8 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
                 raise DiscoveryError(f"no such topic after {wait_s:.0f} s: {waiting_for}")
             if now - last_log >= _WAIT_LOG_EVERY_S or last_log == started:
                 log.warning("waiting for watched topic(s) to exist: %s", waiting_for)
+                for problem in validate_routes(settings.audit.routes, counts):
+                    log.warning("pipeline audit: %s", problem)
                 last_log = now
             await asyncio.sleep(_POLL_S)
         lags = await _compaction_lags(admin, settings, sorted(counts))

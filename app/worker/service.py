@@ -43,6 +43,7 @@ from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
 from kdiv.state.values import StateValues
+from kdiv.trace.routes import validate_routes
 from kdiv.worker.audit import PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
@@ -257,11 +258,16 @@ class ValidationWorker:
             **self.settings.kafka_security.aiokafka_kwargs(),
         )
         await admin.start()
+        reported: set[str] = set()
         try:
             while True:
                 try:
                     groups = {g[0] for g in await admin.list_consumer_groups()}
                     audit.known_groups = frozenset(groups)
+                    unknown = set(validate_routes(audit.routes, self.settings.audit.route_topics(), groups))
+                    for problem in sorted(unknown - reported):
+                        log.warning("pipeline audit: %s; its traces wait (lag, not loss) until it commits", problem)
+                    reported = unknown
                     offsets = {}
                     for group, inputs in sorted(self._hop_inputs().items()):
                         if group not in groups:
