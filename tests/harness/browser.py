@@ -29,8 +29,9 @@ class Dashboard:
 
 
 @asynccontextmanager
-async def dashboard(worker_url: str) -> AsyncIterator[Dashboard]:
+async def dashboard(worker_url: str | None) -> AsyncIterator[Dashboard]:
     """The worker's /ui/ page, loaded once."""
+    assert worker_url, "the worker serves no web views (no web port)"
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         try:
