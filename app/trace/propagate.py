@@ -20,7 +20,7 @@ from kdiv.trace.header import TRACE_HEADER, Headers
 OutputHeaders = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
 
 
-def forward(input_headers: Headers, output_headers: OutputHeaders = ()) -> list[tuple[str, bytes]]:
+def forward(input_headers: Headers | None, output_headers: OutputHeaders | None = ()) -> list[tuple[str, bytes]]:
     """The output record's headers: `output_headers` as pairs, plus the input's trace header.
 
     The input's trace header replaces any trace header in `output_headers`; without one, the
@@ -29,7 +29,10 @@ def forward(input_headers: Headers, output_headers: OutputHeaders = ()) -> list[
     fail on it (a null one travels as an empty value). An output `div` header equal to the
     input's is dropped: it is the input's stamp passed through (`forward(h, h)`), which would
     make the next hop's validator take the upstream producer's sequence for this hop's.
+    None is no headers, as confluent-kafka's `Message.headers()` says it.
     """
+    input_headers = input_headers or ()
+    output_headers = output_headers or ()
     trace = None
     input_div = None
     pairs = input_headers.items() if isinstance(input_headers, Mapping) else input_headers

@@ -43,3 +43,10 @@ def test_mapping_input_and_output():
 def test_malformed_trace_header_is_forwarded_as_is():
     assert forward([(TRACE_HEADER, b"\x07junk")]) == [(TRACE_HEADER, b"\x07junk")]
     assert forward({TRACE_HEADER: None}) == [(TRACE_HEADER, b"")]
+
+
+def test_no_headers_at_all_as_confluent_kafka_gives_them():
+    # confluent-kafka's Message.headers() is None for a record without headers.
+    assert forward(None) == []
+    assert forward(None, [("a", b"1")]) == [("a", b"1")]
+    assert forward([(TRACE_HEADER, TRACE)], None) == [(TRACE_HEADER, TRACE)]
