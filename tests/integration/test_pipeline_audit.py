@@ -11,7 +11,7 @@ import aiohttp
 
 from kdiv.dev.processor import FaultyProcessor, ProcessorLedger
 from kdiv.writer import DivWriter
-from tests.harness.broker import read_incidents
+from tests.harness.broker import read_incidents, wait_until_caught_up
 from tests.harness.browser import dashboard
 from tests.harness.processes import WorkerProcess, free_port
 
@@ -107,7 +107,23 @@ async def dashboard_shows(worker: WorkerProcess, view: dict) -> None:
         assert page.errors == []
 
 
-async def run_pipeline(bootstrap, topic_factory, tmp_path, fault: str, *, stall_s: float = 0.0):
+async def wait_settled(bootstrap: str, worker: WorkerProcess, source: str, sink: str, timeout: float = 90.0) -> dict:
+    """Until the worker has committed the end of the route topics, then of its observations
+    topic, and holds no open trace: every trace judged, whatever its counters saw before a
+    restart."""
+    for topic in (source, sink, f"{worker.app_id}-trace-observations"):
+        await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=timeout)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (view := await routes_view(worker))["routes"][0]["open_traces"]:
+        assert asyncio.get_running_loop().time() < deadline, f"traces still open: {view}\n{worker.log_tail(5)}"
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)  # one more judging round (each flush judges)
+    return await routes_view(worker)
+
+
+async def run_pipeline(
+    bootstrap, topic_factory, tmp_path, fault: str, *, stall_s: float = 0.0, kill_worker: bool = False
+):
     source, sink = topic_factory(4), topic_factory(4)
     group = f"proc{uuid.uuid4().hex[:8]}"
     worker = audit_worker(bootstrap, source, sink, group, tmp_path)
@@ -135,6 +151,11 @@ async def run_pipeline(bootstrap, topic_factory, tmp_path, fault: str, *, stall_
         await asyncio.sleep(3)
         await second.start()  # a rebalance under load
         await asyncio.sleep(3)
+        if kill_worker:
+            # Killed mid-judging: it resumes from its checkpoint (traces table, observations offsets).
+            worker.sigkill()
+            worker.restart()
+            await worker.wait_ready()
         if stall_s:
             await asyncio.gather(first.stall(stall_s), second.stall(stall_s))
         await first.stop()  # another
@@ -144,7 +165,10 @@ async def run_pipeline(bootstrap, topic_factory, tmp_path, fault: str, *, stall_
         await asyncio.sleep(2 * linger_s)  # the last batches written
         await second.stop()
         ledger = ProcessorLedger.merged([first.ledger, second.ledger])
-        view = await wait_all_judged(worker, traced, sum(ledger.writes.values()))
+        if kill_worker:
+            view = await wait_settled(bootstrap, worker, source, sink)
+        else:
+            view = await wait_all_judged(worker, traced, sum(ledger.writes.values()))
         await dashboard_shows(worker, view)
         return worker, traced, view, ledger
     finally:
@@ -178,3 +202,13 @@ async def test_a_stalled_processor_is_late_not_lost(bootstrap, topic_factory, tm
     assert ledger.lost == set()
     assert await trace_incidents(bootstrap, worker.app_id, "LOST") == set()
     assert view["routes"][0]["delivered"] == traced
+
+
+async def test_a_worker_killed_mid_run_names_the_same_records_no_more(bootstrap, topic_factory, tmp_path):
+    worker, traced, view, ledger = await run_pipeline(bootstrap, topic_factory, tmp_path, "drop", kill_worker=True)
+    assert ledger.lost, "the processors dropped nothing: the test proves nothing"
+    # Replayed observations are not judged twice: no false loss, no duplicate, none missed.
+    assert await trace_incidents(bootstrap, worker.app_id, "LOST") == ledger.lost
+    assert await trace_incidents(bootstrap, worker.app_id, "DUPLICATED") == ledger.duplicated
+    # Fatal incidents are logged at ERROR; anything else there is the worker misbehaving.
+    assert [line for line in worker.problems() if "] LOST on route " not in line] == []
