@@ -11,11 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
+from click.core import ParameterSource
 
 from kdiv import __version__
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import DEFAULT_WINDOW, DISABLED, DataIntegrityValidator, Semantics, TopicPolicy
-from kdiv.offline.jsonl import InputError, parse_record, result_to_line
+from kdiv.offline.jsonl import InputError, parse_record_bytes, result_to_line
+from kdiv.ticdc.timestamps import TimestampMode, load_zone, parse_timestamp_mode
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -92,6 +94,27 @@ def semantics_options(command):
     )(command)
 
 
+# The worker's ChangefeedSettings choices and defaults, spelled out: kdiv.config.settings would
+# make every command start slower (it loads the Kafka client).
+TICDC_PROTOCOLS = ("avro", "simple")
+TICDC_TIME_ZONE = "UTC"
+TICDC_TIMESTAMP_MODE = TimestampMode.UTC.value
+
+# Options of one kind of check, meaningless to the other: given on the command line, an error.
+DIV_CHECK_OPTIONS = ("phase", "compaction_lag_ms", "max_age_ms", "now_ms", "semantics", "seq_window")
+TICDC_CHECK_OPTIONS = ("registry_url", "time_zone", "timestamp_mode")
+
+
+def _reject_options(ctx: click.Context, names: tuple[str, ...], why: str) -> None:
+    given = [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name in names and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {why}")
+
+
 @main.command()
 @click.argument("source", type=click.File("rb"), default="-")
 @click.option(
@@ -115,8 +138,43 @@ def semantics_options(command):
 )
 @click.option("--now", "now_ms", type=int, default=None, help="The clock, ms since epoch (default: wall clock).")
 @semantics_options
+@click.option(
+    "--ticdc",
+    type=click.Choice(TICDC_PROTOCOLS),
+    default=None,
+    help="Verify the rows of a TiCDC changefeed in this protocol by their checksums, instead of DIV.",
+)
+@click.option(
+    "--registry-url",
+    metavar="URL",
+    default=None,
+    help="--ticdc avro: the Schema Registry holding the writer schemas (default: KDIV_SCHEMA_REGISTRY_URL, "
+    "the worker's, or http://127.0.0.1:8081; KDIV_SCHEMA_REGISTRY_* apply).",
+)
+@click.option(
+    "--time-zone",
+    envvar="KDIV_TICDC_TIME_ZONE",
+    default=TICDC_TIME_ZONE,
+    show_default=True,
+    help="--ticdc: the TiCDC server's time zone (env KDIV_TICDC_TIME_ZONE).",
+)
+@click.option(
+    "--timestamp-mode",
+    envvar="KDIV_TICDC_TIMESTAMP_MODE",
+    metavar=f"[{'|'.join(mode.value for mode in TimestampMode)}]",
+    default=TICDC_TIMESTAMP_MODE,
+    show_default=True,
+    help="--ticdc: TIMESTAMP columns hashed in UTC (TiCDC v7.1.4 on) or as sent (earlier releases) "
+    "(env KDIV_TICDC_TIMESTAMP_MODE).",
+)
+@click.pass_context
 def check(
+    ctx: click.Context,
     source,
+    ticdc: str | None,
+    registry_url: str | None,
+    time_zone: str,
+    timestamp_mode: str,
     phase: str,
     compaction_lag_ms: int | None,
     max_age_ms: int | None,
@@ -128,7 +186,19 @@ def check(
 
     Prints one verdict per record, in input order, and a summary to stderr. Exits 0 when every
     record is OK or UNTRACKED, 1 when any fault was found, 2 when the input has bad lines.
+
+    With --ticdc avro|simple the records are a TiCDC changefeed, verified by row checksum
+    instead: one line per faulty row (CHECKSUM_MISMATCH, CORRUPTED_FLAG, MALFORMED) and a
+    summary to stderr. Exits 0 when no row is faulty, 1 when some are, 2 when the input has bad
+    lines or the registry cannot give a writer schema a record needs. The DIV options
+    (--phase, --compaction-lag-ms, --max-age-ms, --now, --semantics, --seq-window) do not apply.
     """
+    name = getattr(source, "name", "<stdin>")  # a test runner's stdin has no name
+    if ticdc is not None:
+        _reject_options(ctx, DIV_CHECK_OPTIONS, "DIV options, which do not apply to --ticdc")
+        _check_changefeed(source, name, ticdc, registry_url, time_zone, timestamp_mode)
+        return
+    _reject_options(ctx, TICDC_CHECK_OPTIONS, "only with --ticdc avro|simple")
     policy = TopicPolicy(compaction_lag_ms=compaction_lag_ms)
     validator = DataIntegrityValidator(
         lambda topic: policy,
@@ -137,7 +207,6 @@ def check(
         semantics=Semantics(semantics),
         window=seq_window,
     )
-    name = "<stdin>" if source.name == "<stdin>" else source.name
     verdicts: Counter[Verdict] = Counter()
     fatal = bad_lines = 0
     out = sys.stdout
@@ -145,11 +214,7 @@ def check(
         if not raw.strip():
             continue
         try:
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as bad:
-                raise InputError(f"{name}:{lineno}: not UTF-8 (byte {bad.start + 1} of the line)") from None
-            record = parse_record(line, name, lineno)
+            record = parse_record_bytes(raw, name, lineno)
         except InputError as bad:
             click.echo(f"kdiv check: {bad}", err=True)
             bad_lines += 1
@@ -169,6 +234,62 @@ def check(
         err=True,
     )
     sys.exit(2 if bad_lines else 1 if faults else 0)
+
+
+def _check_changefeed(
+    source, name: str, protocol: str, registry_url: str | None, time_zone: str, timestamp_mode: str
+) -> None:
+    """`kdiv check --ticdc`: the command's options to kdiv.offline.changefeed, its results to exit codes."""
+    from kdiv.config.settings import RegistrySettings, SettingsError
+    from kdiv.offline.changefeed import RegistrySchemas, SchemaUnavailable, check_changefeed
+
+    def report(message: str) -> None:
+        click.echo(f"kdiv check: {message}", err=True)
+
+    # Checked here, not by click: a DIV check must not fail on the worker's KDIV_TICDC_* variables.
+    try:
+        load_zone(time_zone)
+    except ValueError as bad:
+        raise click.BadParameter(str(bad), param_hint="--time-zone / KDIV_TICDC_TIME_ZONE") from None
+    try:
+        parse_timestamp_mode(timestamp_mode)
+    except ValueError as bad:
+        raise click.BadParameter(str(bad), param_hint="--timestamp-mode / KDIV_TICDC_TIMESTAMP_MODE") from None
+    schemas = None
+    if protocol == "avro":
+        environ = dict(os.environ)
+        if registry_url is not None:
+            environ["KDIV_SCHEMA_REGISTRY_URL"] = registry_url
+        try:
+            registry = RegistrySettings.from_env(environ)
+        except SettingsError as bad:
+            raise click.UsageError(f"the registry for --ticdc avro: {bad}") from None
+        if not registry.configured:
+            raise click.UsageError(
+                "--ticdc avro reads writer schemas from the Schema Registry, but its URL is none: "
+                "pass --registry-url or set KDIV_SCHEMA_REGISTRY_URL"
+            )
+        schemas = RegistrySchemas(registry)
+    try:
+        counts = check_changefeed(
+            source,
+            name,
+            protocol,
+            sys.stdout,
+            schemas=schemas,
+            time_zone=time_zone,
+            timestamp_mode=timestamp_mode,
+            report=report,
+        )
+    except SchemaUnavailable as failed:
+        report(f"{failed}")
+        report("stopped there: no row is judged without its writer schema")
+        sys.exit(2)
+    finally:
+        if schemas is not None:
+            schemas.close()
+    click.echo(f"kdiv check --ticdc {protocol}: {counts.summary()}", err=True)
+    sys.exit(counts.exit_status)
 
 
 @main.command()

@@ -275,7 +275,7 @@ def _count(rows: Counter, verdict) -> None:
 
 
 def _fault(verdict, record: tuple | None) -> dict[str, Any]:
-    from kdiv.changefeed.verify import framed_ids
+    from kdiv.changefeed.verify import fault_detail, framed_ids, key_columns
 
     result = verdict.result
     value_ids = framed_ids(record[5]) if record is not None else []
@@ -288,7 +288,7 @@ def _fault(verdict, record: tuple | None) -> dict[str, Any]:
         key=record[4] if record is not None else None,
         verdict=result.verdict.value,
         table=result.table,
-        row_key=json.dumps({str(k): _json_value(v) for k, v in result.key.items()}),
+        row_key=json.dumps(key_columns(result)),
         commit_ts=result.commit_ts,
         expected=result.expected,
         computed=result.computed,
@@ -296,28 +296,6 @@ def _fault(verdict, record: tuple | None) -> dict[str, Any]:
         schema_id=value_ids[0] & 0xFFFFFFFF if value_ids else None,  # as framed: unsigned 32-bit
         detail=fault_detail(result),
     )
-
-
-def fault_detail(result) -> str:
-    """What a finding says of a faulty row (the worker's incident detail, same wording)."""
-    verdict = result.verdict.value
-    if verdict == "CHECKSUM_MISMATCH":
-        what = f"row checksum {result.expected} does not match {result.computed} computed from the columns"
-    elif verdict == "CORRUPTED_FLAG":
-        what = "TiCDC flagged the row corrupted (its checksum disagreed with TiDB's)"
-    else:
-        what = "the message cannot be verified"
-    detail = f"{result.table or 'unknown table'}, {result.image.value} image: {what}"
-    return f"{detail}: {result.detail}" if result.detail else detail
-
-
-def _json_value(value: object) -> object:
-    # As the worker's incidents show key columns: bytes in hex, anything else not JSON as text.
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
 
 
 def _row(kind: str, topic: str, partition: int, **values: Any) -> dict[str, Any]:

@@ -41,6 +41,32 @@ class RowVerdict:
     result: ChecksumResult
 
 
+def fault_detail(result: ChecksumResult) -> str:
+    """What every report (incident, `kdiv check` line, nightly finding) says of a faulty row."""
+    verdict = result.verdict
+    if verdict is ChecksumVerdict.CHECKSUM_MISMATCH:
+        what = f"row checksum {result.expected} does not match {result.computed} computed from the columns"
+    elif verdict is ChecksumVerdict.CORRUPTED_FLAG:
+        what = "TiCDC flagged the row corrupted (its checksum disagreed with TiDB's)"
+    else:
+        what = "the message cannot be verified"
+    detail = f"{result.table or 'unknown table'}, {result.image.value} image: {what}"
+    return f"{detail}: {result.detail}" if result.detail else detail
+
+
+def key_columns(result: ChecksumResult) -> dict[str, object]:
+    """The row's key columns as JSON values: bytes in hex, anything else not JSON as text."""
+    return {str(column): _json_value(value) for column, value in result.key.items()}
+
+
+def _json_value(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
 class WriterSchemas:
     """Writer schemas by registry id, parsed once (None: the registry has no such id)."""
 

@@ -1,9 +1,12 @@
-"""The JSON Lines formats of `kdiv dump` (records) and `kdiv check` (verdicts).
+"""The JSON Lines formats of `kdiv dump` (records) and `kdiv check` (verdicts, faults).
 
 Record line:  {"topic", "partition", "offset", "timestamp", "key": base64|null,
                "value": base64|null, "headers": [[name, base64|null], ...]}
 Verdict line: {"topic", "partition", "offset", "verdict", "producer": hex GUID|null,
                "segment", "seq", "fatal", "detail"}
+Checksum fault line (`kdiv check --ticdc`), named like the worker's checksum incident:
+              {"topic", "partition", "offset", "timestamp", "verdict", "table", "row_key": {column:
+               value}, "row_image", "commit_ts", "expected_checksum", "computed_checksum", "detail"}
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import TYPE_CHECKING
 
 from kdiv.div.exact import GapReport
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import ValidationResult
+
+if TYPE_CHECKING:  # `kdiv check` without --ticdc loads no Avro library
+    from kdiv.changefeed.verify import RowVerdict
 
 
 class InputError(ValueError):
@@ -83,6 +90,15 @@ def parse_record(line: str, source: str, lineno: int) -> ConsumedRecord:
         raise InputError(f"{source}:{lineno}: {bad}") from None
 
 
+def parse_record_bytes(raw: bytes, source: str, lineno: int) -> ConsumedRecord:
+    """`parse_record` of a line as read from a binary file."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        raise InputError(f"{source}:{lineno}: not UTF-8 (byte {bad.start + 1} of the line)") from None
+    return parse_record(line, source, lineno)
+
+
 def record_to_line(record: ConsumedRecord) -> str:
     return json.dumps(
         {
@@ -128,3 +144,26 @@ def _gap_fields(gap: GapReport) -> dict:
         "arrived": gap.arrived_count,
         "resolved": gap.resolved,
     }
+
+
+def checksum_fault_to_line(row: RowVerdict) -> str:
+    from kdiv.changefeed.verify import fault_detail, key_columns
+
+    result = row.result
+    return json.dumps(
+        {
+            "topic": row.topic,
+            "partition": row.partition,
+            "offset": row.offset,
+            "timestamp": row.timestamp_ms,
+            "verdict": result.verdict.value,
+            "table": result.table,
+            "row_key": key_columns(result),
+            "row_image": result.image.value,
+            "commit_ts": result.commit_ts,
+            "expected_checksum": result.expected,
+            "computed_checksum": result.computed,
+            "detail": fault_detail(result),
+        },
+        separators=(",", ":"),
+    )

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import cast
 
-from kdiv.changefeed.verify import RowVerdict
+from kdiv.changefeed.verify import RowVerdict, fault_detail, key_columns
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
 from kdiv.trace.judge import TraceOutcome, TraceVerdict
@@ -143,30 +143,11 @@ _ROW_FIELDS = ("table", "row_key", "row_image", "commit_ts", "expected_checksum"
 _CHECKSUM_SEVERITY = {"CHECKSUM_MISMATCH": "fatal", "CORRUPTED_FLAG": "fatal"}
 
 
-def _json_value(value: object) -> object:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
 def checksum_incident(row: RowVerdict, detected_at_ms: int) -> Incident:
     """A TiCDC row whose checksum does not hold (or that TiCDC flagged, or that cannot be read);
     identified by its offset and row image, so verifying it again rewrites the same key."""
     result = row.result
     verdict = result.verdict.value
-    expected, computed = result.expected, result.computed
-    if result.verdict.value == "CHECKSUM_MISMATCH":
-        what = f"row checksum {expected} does not match {computed} computed from the columns"
-    elif result.verdict.value == "CORRUPTED_FLAG":
-        what = "TiCDC flagged the row corrupted (its checksum disagreed with TiDB's)"
-    else:
-        what = "the message cannot be verified"
-    table = result.table or "unknown table"
-    detail = f"{table}, {result.image.value} image: {what}"
-    if result.detail:
-        detail += f": {result.detail}"
     return Incident(
         topic=row.topic,
         partition=row.partition,
@@ -176,15 +157,15 @@ def checksum_incident(row: RowVerdict, detected_at_ms: int) -> Incident:
         verdict=verdict,
         offset=row.offset,
         severity=_CHECKSUM_SEVERITY.get(verdict, "warning"),
-        detail=detail,
+        detail=fault_detail(result),
         record_timestamp_ms=row.timestamp_ms,
         detected_at_ms=detected_at_ms,
         table=result.table,
-        row_key=tuple((str(k), _json_value(v)) for k, v in result.key.items()),
+        row_key=tuple(key_columns(result).items()),
         row_image=result.image.value,
         commit_ts=result.commit_ts,
-        expected_checksum=expected,
-        computed_checksum=computed,
+        expected_checksum=result.expected,
+        computed_checksum=result.computed,
     )
 
 
