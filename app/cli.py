@@ -389,6 +389,12 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str, semantics: 
     "nightly reconciliation; they alter the key ledger of worker --app-id). 0: none.",
 )
 @click.option("--app-id", envvar="KDIV_APP_ID", default="kdiv", show_default=True, help="The worker's app id.")
+@click.option(
+    "--tracing",
+    default=None,
+    callback=lambda ctx, param, value: _sampling(value),
+    help="Trace this share of each topic's records for the pipeline audit, e.g. 'kdiv-demo=0.2' (default: none).",
+)
 def demo(
     bootstrap: str,
     topic: str,
@@ -402,6 +408,7 @@ def demo(
     compacted_topic: str | None,
     at_rest_every: float,
     app_id: str,
+    tracing: str | None,
 ) -> None:
     """Write a stamped topic and inject every fault class on a schedule."""
     import logging
@@ -425,10 +432,99 @@ def demo(
                 compacted_topic=compacted_topic,
                 at_rest_every_s=at_rest_every,
                 app_id=app_id,
+                tracing=tracing,
             )
         )
     except KeyboardInterrupt:
         pass
+
+
+def _sampling(value: str | None) -> str | None:
+    from kdiv.trace.sampling import SamplingError, SamplingSpec
+
+    if value is not None:
+        try:
+            SamplingSpec.parse(value)
+        except SamplingError as bad:
+            raise click.BadParameter(str(bad)) from None
+    return value
+
+
+@main.command()
+@click.argument("source")
+@click.argument("sink")
+@bootstrap_option
+@click.option("--group", required=True, help="The processors' consumer group (the route's hop).")
+@click.option(
+    "--fault",
+    type=click.Choice(["none", "drop", "duplicate"]),
+    default="none",
+    show_default=True,
+    help="drop: the buffer is committed but not written at each rebalance; duplicate: every 5th batch twice.",
+)
+@click.option("--instances", type=click.IntRange(min=1), default=2, show_default=True, help="Processors at once.")
+@click.option(
+    "--restart-every",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds between restarts of the oldest processor (a rebalance; 0: never).",
+)
+@click.option(
+    "--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever)."
+)
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True, help="Of SINK, if created.")
+@click.option(
+    "--replication-factor",
+    envvar="KDIV_REPLICATION_FACTOR",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Replication of SINK if it is created (env KDIV_REPLICATION_FACTOR).",
+)
+def processor(
+    source: str,
+    sink: str,
+    bootstrap: str,
+    group: str,
+    fault: str,
+    instances: int,
+    restart_every: float,
+    duration: float,
+    partitions: int,
+    replication_factor: int,
+) -> None:
+    """A pipeline hop SOURCE -> SINK that forwards trace headers, with an optional fault, for the
+    pipeline audit's demo: what it dropped and duplicated is logged at each restart."""
+    import logging
+
+    from kdiv.dev.processor import run_processors
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with kafka_errors_as_messages(bootstrap):
+        try:
+            ledger = asyncio.run(
+                run_processors(
+                    bootstrap,
+                    source,
+                    sink,
+                    group,
+                    fault=fault,
+                    instances=instances,
+                    restart_every_s=restart_every,
+                    duration_s=duration,
+                    partitions=partitions,
+                    security=kafka_security(),
+                    replication_factor=replication_factor,
+                )
+            )
+        except KeyboardInterrupt:
+            return
+    click.echo(
+        f"kdiv processor: {sum(ledger.writes.values())} records written, {len(ledger.lost)} dropped, "
+        f"{len(ledger.duplicated)} duplicated",
+        err=True,
+    )
 
 
 @main.command("changefeed-demo")

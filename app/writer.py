@@ -121,17 +121,24 @@ class DivWriter:
         self._check_open()
         if partition is None:
             partition = await self.partition_for(topic, key)
+        headers = self.with_trace(topic, headers)
+        async with self._lock(topic, partition):
+            records = self.stamper.data(topic, partition, key, value, self.clock_ms(), headers)
+            future = await self._enqueue(records)
+        assert future is not None, "a data record is always among the records sent"
+        return future
+
+    def with_trace(
+        self, topic: str, headers: Iterable[tuple[str, bytes | None]] = ()
+    ) -> tuple[tuple[str, bytes | None], ...]:
+        """`headers`, plus a trace header when the sampling picks this record of `topic`."""
         headers = tuple(headers)
         if self.tracing is not None and not any(name == TRACE_HEADER for name, _ in headers):
             # A record that already carries a trace (a processor forwarding it) keeps it.
             stamp = self.tracing.stamp_for(topic, self.clock_ms())
             if stamp is not None:
                 headers += ((TRACE_HEADER, encode_trace(stamp)),)
-        async with self._lock(topic, partition):
-            records = self.stamper.data(topic, partition, key, value, self.clock_ms(), headers)
-            future = await self._enqueue(records)
-        assert future is not None, "a data record is always among the records sent"
-        return future
+        return headers
 
     async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, **kwargs):
         """`send`, then wait until the broker has acknowledged the record."""

@@ -99,6 +99,7 @@ class FaultyPipeline:
             key,
             b"value-%d-" % n + random.randbytes(24),
             self.writer.clock_ms(),
+            self.writer.with_trace(self.topic),
         )
 
     async def send(self, records: list[OutgoingRecord]) -> RecordMetadata | None:
@@ -294,13 +295,15 @@ async def run_demo(
     compacted_topic: str | None = None,
     at_rest_every_s: float = 0.0,
     app_id: str = "kdiv",
+    tracing: str | None = None,
 ) -> None:
     """Write `topic` (and `compacted_topic`, a compacted one with a small key space, when
     given) from `writers` producers at `rate` records/s in all, inject the next fault class
     every `fault_every_s`, and restart one producer every `restart_every_s` (0: never): a
     restarted producer is a new GUID, as a service instance restarting is. With a compacted
     topic and `at_rest_every_s`, the next at-rest finding (`AtRestFaults`) of worker `app_id`
-    is made that often, in the background."""
+    is made that often, in the background. `tracing`: the writers' trace sampling (e.g.
+    "kdiv-demo=0.2"), for the pipeline audit."""
     await ensure_topic(bootstrap, topic, partitions, security, replication_factor)
     if compacted_topic:
         config = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
@@ -309,7 +312,7 @@ async def run_demo(
     await producer.start()
 
     def pipeline(target: str, keys: int | None = None) -> FaultyPipeline:
-        return FaultyPipeline(DivWriter(producer, max_records_per_segment=500), target, keys)
+        return FaultyPipeline(DivWriter(producer, max_records_per_segment=500, tracing=tracing), target, keys)
 
     pipelines = [pipeline(topic) for _ in range(max(writers, 1))]
     compacted = pipeline(compacted_topic, keys=200) if compacted_topic else None

@@ -14,6 +14,7 @@ What it dropped and duplicated is kept, by source partition and offset, for the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.dev.demo import ensure_topic
 from kdiv.div.wire import Kind, readable_div_header
 from kdiv.trace.propagate import forward
 from kdiv.writer import DivWriter
@@ -215,3 +217,65 @@ class _Revocation(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned) -> None:
         pass
+
+
+async def run_processors(
+    bootstrap: str,
+    source: str,
+    sink: str,
+    group: str,
+    *,
+    fault: str = "none",
+    instances: int = 2,
+    restart_every_s: float = 60.0,
+    duration_s: float = 0.0,
+    partitions: int = 4,
+    security: KafkaSecurity = PLAINTEXT,
+    replication_factor: int = 1,
+) -> ProcessorLedger:
+    """`instances` processors of one group, source -> sink; every `restart_every_s` (0: never)
+    the oldest leaves and a new one joins: the rebalances at which "drop" loses its buffer.
+    Runs `duration_s` (0: until cancelled); what all of them did, merged."""
+    await ensure_topic(bootstrap, sink, partitions, security, replication_factor)
+    running: list[FaultyProcessor] = []
+    done: list[FaultyProcessor] = []
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def join(number: int) -> None:
+        processor = FaultyProcessor(
+            bootstrap, source, sink, group, fault=fault, security=security, name=f"{group}-{number}"
+        )
+        await processor.start()
+        running.append(processor)
+
+    try:
+        for number in range(max(instances, 1)):
+            await join(number)
+        for number in itertools.count(len(running)):
+            wait = restart_every_s or float("inf")
+            if duration_s:
+                wait = min(wait, started + duration_s - loop.time())
+            if wait == float("inf"):
+                await asyncio.Event().wait()
+            await asyncio.sleep(max(wait, 0.0))
+            if duration_s and loop.time() - started >= duration_s:
+                break
+            leaving = running.pop(0)
+            await leaving.stop()
+            done.append(leaving)
+            await join(number)
+            total = ProcessorLedger.merged(p.ledger for p in (*done, *running))
+            log.info(
+                "%s: %s restarted; so far %d records written, %d dropped, %d duplicated",
+                group,
+                leaving.name,
+                sum(total.writes.values()),
+                len(total.lost),
+                len(total.duplicated),
+            )
+    finally:
+        for processor in running:
+            await processor.stop()
+        done.extend(running)
+    return ProcessorLedger.merged(p.ledger for p in done)
