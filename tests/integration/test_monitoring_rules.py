@@ -36,7 +36,15 @@ def metric_names(expr: str) -> set[str]:
 
 
 def exported(text: str) -> set[str]:
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    """The series names of the samples, and of every declared family (a family may have no
+    sample yet: no trace judged, no changefeed row read)."""
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            suffixes = ("_bucket", "_sum", "_count") if kind == "histogram" else ("",)
+            names |= {name + suffix for suffix in suffixes}
+    return names
 
 
 def rule_expressions() -> dict[str, str]:
@@ -63,10 +71,21 @@ def test_the_name_parser_finds_names_and_only_names():
 
 
 async def test_every_rule_and_panel_asks_for_metrics_that_exist(bootstrap, topic_factory, tmp_path):
-    topic = topic_factory(2)
+    topic, sink, changefeed = topic_factory(2), topic_factory(2), topic_factory(1)
     app_id = f"mon-{uuid.uuid4().hex[:8]}"
+    # With a route and a changefeed: their families are declared only when configured.
     worker = WorkerProcess(
-        "mon", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, web_port=free_port()
+        "mon",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=app_id,
+        workdir=tmp_path,
+        web_port=free_port(),
+        env={
+            "KDIV_ROUTES": f"mon={topic}>mon-processor>{sink}",
+            "KDIV_TICDC_TOPICS": changefeed,
+            "KDIV_TICDC_PROTOCOL": "simple",
+        },
     )
     try:
         worker.start()
@@ -81,7 +100,7 @@ async def test_every_rule_and_panel_asks_for_metrics_that_exist(bootstrap, topic
     summary |= {"topics": [topic], "records_read": {topic: 1}, "counts": {"LOST": 1}, "by_topic": {topic: {"LOST": 1}}}
     reconcile_metrics = exported(generate_latest(build_registry(summary)).decode())
     known = worker_metrics | reconcile_metrics | PROMETHEUS_SERIES
-    assert "kdiv_faults_total" in known and "kdiv_reconcile_status" in known
+    assert {"kdiv_faults_total", "kdiv_reconcile_status", "kdiv_trace_outcomes_total"} <= known
 
     expressions = {**rule_expressions(), **dashboard_expressions()}
     assert len(expressions) >= 20
