@@ -3,7 +3,8 @@
 Every finding, whatever its class, is one row of `FINDINGS_SCHEMA`, so the Parquet files,
 the JSON summary and the HTML report read one table. Findings on TiCDC changefeed topics
 (`CHECKSUM_CLASSES`) also fill `CHECKSUM_COLUMNS`, which the job adds (null) to every other
-finding: its rows are `REPORT_SCHEMA`.
+finding: its rows are `REPORT_SCHEMA`. Findings of the pipeline routes (`ROUTE_CLASSES`) fill
+`ROUTE_COLUMNS` too; a run that checks routes adds them (null) to every other finding.
 """
 
 from __future__ import annotations
@@ -43,10 +44,18 @@ CORRUPTED_FLAG = "CORRUPTED_FLAG"
 # A changefeed record that cannot be read as a TiCDC message, or whose writer schema is unknown.
 MALFORMED = "MALFORMED"
 
+# A traced record a route's processor consumed and committed past, never written to its sink.
+# Not LOST: that one is a key the topic itself no longer holds.
+ROUTE_LOST = "ROUTE_LOST"
+# A traced record a route's processor wrote more than once to its sink.
+ROUTE_DUPLICATED = "ROUTE_DUPLICATED"
+
 KEY_CLASSES = (LOST, UNVALIDATED, DIVERGED)
 CLASSES = (LOST, UNVALIDATED, DIVERGED, SEQUENCE_BEHIND, SUBJECT_MISMATCH, SCHEMA_UNKNOWN, UNREADABLE)
 # The row checksum verdicts that are faults (kdiv.ticdc.checksum.FAULT_VERDICTS), by the same names.
 CHECKSUM_CLASSES = (CHECKSUM_MISMATCH, CORRUPTED_FLAG, MALFORMED)
+# The trace verdicts that are faults (kdiv.trace.judge), by outcome.
+ROUTE_CLASSES = (ROUTE_LOST, ROUTE_DUPLICATED)
 
 FINDINGS_SCHEMA = StructType(
     [
@@ -90,8 +99,45 @@ CHECKSUM_FIELDS = tuple(f.name for f in CHECKSUM_COLUMNS.fields)
 REPORT_SCHEMA = StructType(FINDINGS_SCHEMA.fields + CHECKSUM_COLUMNS.fields)
 REPORT_FIELDS = FINDING_FIELDS + CHECKSUM_FIELDS
 
+# A position a trace was seen at: a topic's record, or a record in a route's file sink (topic
+# is then the sink, `format:path`; partition and offset the archived record's when the files
+# keep them, else `row` numbers it in `file`).
+COPY_TYPE = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("file", StringType(), True),
+        StructField("row", LongType(), True),
+    ]
+)
+# What a route finding adds; null for every other class. The finding's topic, partition and
+# offset are the record at the hop's input (to replay, for ROUTE_LOST).
+ROUTE_COLUMNS = StructType(
+    [
+        StructField("route", StringType(), True),
+        StructField("hop", IntegerType(), True),  # the hop that lost it, or whose output has copies
+        StructField("group", StringType(), True),  # the hop's consumer group
+        StructField("trace_id", StringType(), True),  # hex
+        # ROUTE_LOST: the group's committed offset on the input partition, past the record.
+        StructField("committed_offset", LongType(), True),
+        StructField("copies", ArrayType(COPY_TYPE), True),  # ROUTE_DUPLICATED: every copy at the output
+    ]
+)
+ROUTE_FIELDS = tuple(f.name for f in ROUTE_COLUMNS.fields)
+ROUTE_REPORT_SCHEMA = StructType(REPORT_SCHEMA.fields + ROUTE_COLUMNS.fields)
+ROUTE_REPORT_FIELDS = REPORT_FIELDS + ROUTE_FIELDS
+
 
 def with_checksum_columns(findings: DataFrame) -> DataFrame:
     """`findings` with REPORT_FIELDS, in order: the checksum columns it lacks added as nulls."""
     missing = {f.name: F.lit(None).cast(f.dataType) for f in CHECKSUM_COLUMNS.fields if f.name not in findings.columns}
     return (findings.withColumns(missing) if missing else findings).select(*REPORT_FIELDS)
+
+
+def with_report_columns(findings: DataFrame) -> DataFrame:
+    """`findings` with ROUTE_REPORT_FIELDS, in order: the checksum and route columns it lacks
+    added as nulls."""
+    extra = CHECKSUM_COLUMNS.fields + ROUTE_COLUMNS.fields
+    missing = {f.name: F.lit(None).cast(f.dataType) for f in extra if f.name not in findings.columns}
+    return (findings.withColumns(missing) if missing else findings).select(*ROUTE_REPORT_FIELDS)

@@ -7,8 +7,11 @@
 3. Compare: key ledger vs compacted topics, producer state vs every topic, schema ids of
    all restorable state vs the registry. TiCDC changefeed topics (KDIV_TICDC_*) carry no DIV
    headers: every row checksum of theirs is verified instead (kdiv.reconcile.changefeeds).
+   Pipeline routes (KDIV_ROUTES): every traced record judged across its hops against the
+   groups' committed offsets, read before the snapshot (kdiv.reconcile.routes).
 4. Report into OUT/<snapshot time>/: summary.json, discrepancies/ (Parquet by topic and
-   class), sequences/, report.html, snapshot.json, kdiv_reconcile.prom.
+   class), sequences/, report.html, snapshot.json, route_offsets.json (with routes),
+   kdiv_reconcile.prom.
 
 Settings are the worker's (`KDIV_*`, README); options override them. Exit status: 0 clean,
 1 discrepancies, 2 failure (the report then names the error).
@@ -39,6 +42,7 @@ log = logging.getLogger("kdiv.reconcile")
 
 EXIT_CLEAN, EXIT_DISCREPANCIES, EXIT_FAILED = 0, 1, 2
 SNAPSHOT_JSON = "snapshot.json"
+ROUTE_OFFSETS_JSON = "route_offsets.json"
 PROM_FILE = "kdiv_reconcile.prom"
 KAFKA_SOURCES = ("auto", "python", "spark")
 
@@ -52,6 +56,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (KDIV_BOOTSTRAP)")
     parser.add_argument("--app-id", help="the worker's application id, which names its changelogs (KDIV_APP_ID)")
     parser.add_argument("--topics", help="comma-separated watched topics (KDIV_TOPICS / KDIV_TOPIC_PATTERN)")
+    parser.add_argument(
+        "--routes",
+        help="pipeline routes to check at rest, 'name=topic>group>topic...;...', the last stage possibly "
+        "files (parquet:PATH, avro:PATH) (KDIV_ROUTES)",
+    )
     parser.add_argument(
         "--out",
         default="reconcile-reports",
@@ -108,6 +117,7 @@ def settings_from(args: argparse.Namespace, environ) -> Settings:
         ("bootstrap", "KDIV_BOOTSTRAP"),
         ("app_id", "KDIV_APP_ID"),
         ("topics", "KDIV_TOPICS"),
+        ("routes", "KDIV_ROUTES"),
         ("registry_url", "KDIV_SCHEMA_REGISTRY_URL"),
     ):
         value = getattr(args, option)
@@ -176,7 +186,16 @@ class Reconciliation:
             div_topics = [t for t in topics if t not in changefeed_topics]
             compacted = [t.name for t in cluster.topics if t.compaction_lag_ms is not None and t.name in div_topics]
             changelogs = state_changelogs(self.settings.app_id, cluster)
-            snapshot = self._snapshot(changelogs, topics, needs_changelogs=bool(div_topics))
+            # Routes, like changefeeds, are checked without the worker's state.
+            route_topics = self.settings.audit.route_topics()
+            needs_changelogs = any(t not in route_topics for t in div_topics)
+            # Before the snapshot: see kdiv.reconcile.routes.
+            partitions = {t.name: t.partitions for t in cluster.topics}
+            committed = self._route_offsets(partitions)
+            snapshot = self._snapshot(changelogs, topics, needs_changelogs=needs_changelogs)
+            if not needs_changelogs and not set(changelogs) & set(snapshot.topics):
+                # No worker ran: its tables, which the DIV comparisons need, do not exist.
+                div_topics, compacted = [], []
             out_dir = report_dir(self.args.out, snapshot.taken_at_ms)
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / SNAPSHOT_JSON).write_text(snapshot.to_json())
@@ -190,13 +209,20 @@ class Reconciliation:
                     "file": SNAPSHOT_JSON,
                 },
             )
+            if committed is not None:
+                (out_dir / ROUTE_OFFSETS_JSON).write_text(committed.to_json())
+                summary["snapshot"].update(
+                    route_offsets_file=ROUTE_OFFSETS_JSON, route_offsets_taken_at_ms=committed.taken_at_ms
+                )
             self.source = resolve_source(self.spark, self.args.kafka_source)
             summary["kafka_source"] = self.source
 
             def read(names, max_records_per_split=None):
                 return self._read(snapshot, names, max_records_per_split)
 
-            findings, sequences, stats = self._compare(read, changelogs, div_topics, compacted, changefeed_topics)
+            findings, sequences, stats = self._compare(
+                read, changelogs, div_topics, compacted, changefeed_topics, committed, partitions
+            )
             summary.update(stats)
             code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
             summary.update(
@@ -249,14 +275,14 @@ class Reconciliation:
         watched = take_snapshot(self.settings.bootstrap, topics, security=security)
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
 
-    def _compare(self, read, changelogs, topics, compacted, changefeed_topics):
+    def _compare(self, read, changelogs, topics, compacted, changefeed_topics, committed, partitions):
         """Findings, sequences and stats: the DIV comparisons over `topics`, row checksums
-        over `changefeed_topics`."""
+        over `changefeed_topics`, the routes' traces against the `committed` offsets."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from kdiv.reconcile.compare import compare_keys, compare_sequences
-        from kdiv.reconcile.findings import FINDINGS_SCHEMA, with_checksum_columns
+        from kdiv.reconcile.findings import FINDINGS_SCHEMA, with_checksum_columns, with_report_columns
         from kdiv.reconcile.findings import UNREADABLE as UNREADABLE_CLASS
         from kdiv.reconcile.schemas import judge_uses, local_store_uses, schema_id_uses
         from kdiv.reconcile.state import UNDECODED, UNREADABLE, decoded_state
@@ -316,6 +342,13 @@ class Reconciliation:
                 )
                 findings = findings.unionByName(checksum_findings)
                 records_read.update(changefeed_records)
+            routes = None
+            if committed is not None:
+                from kdiv.reconcile.routes import check_routes
+
+                check = check_routes(self.spark, self.settings.audit.all_routes, read, committed, partitions)
+                findings = with_report_columns(findings).unionByName(check.findings)
+                routes = check.summary
             if self.args.repair:
                 self._repair(schema_findings)
             stats = {
@@ -331,6 +364,8 @@ class Reconciliation:
             }
             if changefeeds is not None:
                 stats["changefeeds"] = changefeeds
+            if routes is not None:
+                stats["routes"] = routes
             return findings.persist(StorageLevel.MEMORY_AND_DISK), sequences, stats
         finally:
             changelog_records.unpersist()
@@ -368,6 +403,27 @@ class Reconciliation:
         verified = verified.persist(StorageLevel.MEMORY_AND_DISK)
         counts = collect_counts(verified)
         return fault_findings(verified), summary_of(plan, counts), counts.records
+
+    def _route_offsets(self, partitions: dict[str, int]):
+        """The route groups' committed offsets (None without routes): read now, before the
+        snapshot, or the ones saved beside the snapshot a rerun is given."""
+        from kdiv.reconcile.routes import CommittedOffsets, fetch_committed
+
+        routes = self.settings.audit.all_routes
+        if not routes:
+            return None
+        if self.args.snapshot:
+            saved = self.args.snapshot.parent / ROUTE_OFFSETS_JSON
+            if not saved.is_file():
+                # Offsets read now are later than the snapshot: records they passed since would be LOST.
+                raise LookupError(
+                    f"no {ROUTE_OFFSETS_JSON} beside {self.args.snapshot}: the routes' committed offsets of that "
+                    "snapshot were not saved (run without --snapshot, or without routes)"
+                )
+            return CommittedOffsets.from_json(saved.read_text(), str(saved))
+        return run_in_own_loop(
+            fetch_committed(self.settings.bootstrap, routes, partitions, security=self.settings.kafka_security)
+        )
 
     def _read(self, snapshot, names, max_records_per_split: int | None = None):
         """The snapshot's records of `names`, through the source this run resolved."""

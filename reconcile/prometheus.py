@@ -11,6 +11,11 @@ Gauges:
   kdiv_reconcile_last_run_timestamp_seconds   when the run finished
   kdiv_reconcile_duration_seconds             the run's wall time
   kdiv_reconcile_snapshot_timestamp_seconds   when the topics' offsets were snapshotted
+  kdiv_reconcile_changefeed_rows{topic,table,verdict}
+                                              changefeed row images verified, per verdict
+  kdiv_reconcile_route_traces{route,hop,outcome}
+                                              traces per route hop: TRACED (seen at its input),
+                                              DELIVERED (last hop), LOST, DUPLICATED, PENDING
 
 The summary (summary.json, as kdiv.reconcile.report writes it):
   status          "clean", "discrepancies" or "failed"                          required
@@ -22,6 +27,9 @@ The summary (summary.json, as kdiv.reconcile.report writes it):
   records_read    {topic: records read}
   by_topic        {topic: {class: finding rows}}               written by report.write_report
   counts          {class: finding rows}                        written by report.write_report
+  changefeeds     {topic: {"tables": {table: {verdict: rows}}, ...}}  (kdiv.reconcile.changefeeds)
+  routes          {route: {"hops": [{"hop", "traced_in", "delivered", "lost", "duplicated",
+                  "pending", ...}], ...}}                       (kdiv.reconcile.routes)
   records         {class: records the findings stand for}      written by report.write_report
   error           what went wrong, for a failed run
 Optional keys that are absent leave their gauge without a sample rather than report a guess.
@@ -88,7 +96,40 @@ def build_registry(summary: Mapping[str, Any]) -> CollectorRegistry:
     for topic, per_class in sorted((summary.get("by_topic") or {}).items()):
         for cls, findings in sorted(per_class.items()):
             discrepancies.labels(topic, cls).set(findings)
+
+    changefeed_rows = Gauge(
+        "kdiv_reconcile_changefeed_rows",
+        "Changefeed row images the last reconciliation verified, per topic, table and verdict",
+        ["topic", "table", "verdict"],
+        registry=registry,
+    )
+    for topic, entry in sorted((summary.get("changefeeds") or {}).items()):
+        for table, per_verdict in sorted((entry.get("tables") or {}).items()):
+            for verdict, rows in sorted(per_verdict.items()):
+                changefeed_rows.labels(topic, table, verdict).set(rows)
+
+    route_traces = Gauge(
+        "kdiv_reconcile_route_traces",
+        "Traces of the last reconciliation per route hop: TRACED seen at its input, DELIVERED (last hop), "
+        "LOST, DUPLICATED, PENDING (waiting on the hop)",
+        ["route", "hop", "outcome"],
+        registry=registry,
+    )
+    for route, entry in sorted((summary.get("routes") or {}).items()):
+        for hop in entry.get("hops") or ():
+            for outcome, key in _HOP_OUTCOMES:
+                route_traces.labels(route, str(hop["hop"]), outcome).set(hop.get(key, 0))
     return registry
+
+
+# Gauge outcome label -> the hop's key in summary["routes"].
+_HOP_OUTCOMES = (
+    ("TRACED", "traced_in"),
+    ("DELIVERED", "delivered"),
+    ("LOST", "lost"),
+    ("DUPLICATED", "duplicated"),
+    ("PENDING", "pending"),
+)
 
 
 def write_textfile(summary: Mapping[str, Any], path: str | PathLike[str]) -> None:

@@ -3,9 +3,11 @@
   summary.json     the run's summary (keys: see kdiv.reconcile.prometheus) plus, from the findings,
                    `counts` {class: finding rows}, `records` {class: records the findings
                    stand for} and `by_topic` {topic: {class: finding rows}}; with TiCDC
-                   changefeeds, `changefeeds` {topic: rows per verdict and per table}
-  discrepancies/   Parquet of every finding (FINDINGS_SCHEMA, plus CHECKSUM_COLUMNS when the
-                   findings carry them, as the job's do), partitioned topic=.../class=...
+                   changefeeds, `changefeeds` {topic: rows per verdict and per table}; with
+                   pipeline routes, `routes` {route: traces per outcome, and per hop}
+  discrepancies/   Parquet of every finding (FINDINGS_SCHEMA, plus CHECKSUM_COLUMNS and
+                   ROUTE_COLUMNS when the findings carry them, as the job's do), partitioned
+                   topic=.../class=...
   sequences/       Parquet of the per producer-partition sequence comparison, when there is one
   report.html      one self-contained page for a person: inline CSS, plots as inline SVG,
                    no script and nothing fetched from anywhere
@@ -48,12 +50,16 @@ from kdiv.reconcile.findings import (
     FINDING_FIELDS,
     LOST,
     MALFORMED,
+    ROUTE_CLASSES,
+    ROUTE_DUPLICATED,
+    ROUTE_FIELDS,
+    ROUTE_LOST,
     SCHEMA_UNKNOWN,
     SEQUENCE_BEHIND,
     SUBJECT_MISMATCH,
     UNREADABLE,
     UNVALIDATED,
-    with_checksum_columns,
+    with_report_columns,
 )
 
 STATUS_CLEAN = "clean"
@@ -112,11 +118,19 @@ CHECKSUM_CLASS_MEANINGS = {
     MALFORMED: "changefeed record that cannot be read as a TiCDC message (or its writer schema is unknown)",
 }
 CHECKSUM_CLASS_COLOURS = {CHECKSUM_MISMATCH: "#843c39", CORRUPTED_FLAG: "#393b79", MALFORMED: "#637939"}
-_MEANINGS = {**CLASS_MEANINGS, **CHECKSUM_CLASS_MEANINGS}
-_COLOURS = {**CLASS_COLOURS, **CHECKSUM_CLASS_COLOURS}
+# The route classes, reported only by runs that check pipeline routes (summary["routes"]).
+ROUTE_CLASS_MEANINGS = {
+    ROUTE_LOST: "traced record a route's processor committed past and never wrote on (replay it from its offset)",
+    ROUTE_DUPLICATED: "traced record a route's processor wrote more than once",
+}
+ROUTE_CLASS_COLOURS = {ROUTE_LOST: "#ad494a", ROUTE_DUPLICATED: "#e7969c"}
+_MEANINGS = {**CLASS_MEANINGS, **CHECKSUM_CLASS_MEANINGS, **ROUTE_CLASS_MEANINGS}
+_COLOURS = {**CLASS_COLOURS, **CHECKSUM_CLASS_COLOURS, **ROUTE_CLASS_COLOURS}
 _SPARE_COLOURS = ("#bcbd22", "#17becf", "#2ca02c")
 # Row checksum verdicts, in the order the changefeed table shows them.
 CHECKSUM_VERDICTS = ("OK", CHECKSUM_MISMATCH, CORRUPTED_FLAG, "SKIPPED", MALFORMED)
+# A route hop's counts (summary["routes"][route]["hops"]), in the order the routes table shows them.
+ROUTE_HOP_COUNTS = ("traced_in", "traced_out", "delivered", "lost", "duplicated", "pending")
 
 _SECOND_MS = 1_000
 _MINUTE_MS = 60 * _SECOND_MS
@@ -159,17 +173,17 @@ def write_report(
     """Write summary.json, discrepancies/, sequences/ (when `sequences` is given) and
     report.html into `out_dir`.
 
-    `findings`: rows of FINDINGS_SCHEMA, with or without CHECKSUM_COLUMNS (the Parquet keeps
-    the columns given). `sequences`: rows with SEQUENCE_FIELDS (extra columns are dropped). `summary`: the run's summary as the caller knows it; its `status`
+    `findings`: rows of FINDINGS_SCHEMA, with or without CHECKSUM_COLUMNS and ROUTE_COLUMNS
+    (the Parquet keeps the columns given). `sequences`: rows with SEQUENCE_FIELDS (extra columns are dropped). `summary`: the run's summary as the caller knows it; its `status`
     may be left out (it follows from the findings) or be "failed", but "clean" with findings
     or "discrepancies" without is a contradiction and raises ValueError before anything is
     written.
     """
     out_dir = Path(out_dir)
     findings_cached_here = not findings.is_cached
-    written_fields = FINDING_FIELDS + tuple(name for name in CHECKSUM_FIELDS if name in findings.columns)
+    written_fields = FINDING_FIELDS + tuple(name for name in CHECKSUM_FIELDS + ROUTE_FIELDS if name in findings.columns)
     # Every column from here on, so the page reads one row shape whatever the caller gave.
-    findings = with_checksum_columns(findings)
+    findings = with_report_columns(findings)
     if findings_cached_here:
         findings = findings.persist()
     sequences_cached_here = sequences is not None and not sequences.is_cached
@@ -344,6 +358,8 @@ _FINDING_ORDER = (
     "registered_subjects",
     "detail",
     *CHECKSUM_FIELDS,
+    # The copies are a list: the other columns order the findings of routes fully without them.
+    *(name for name in ROUTE_FIELDS if name != "copies"),
 )
 
 
@@ -380,7 +396,9 @@ def _sequence_sample(sequences: DataFrame) -> _SequenceSample:
 
 
 def _summary_with_counts(summary: Mapping[str, Any], class_counts: Sequence[_ClassCount]) -> dict[str, Any]:
-    classes = _classes_present((c.cls for c in class_counts), checksums="changefeeds" in summary)
+    classes = _classes_present(
+        (c.cls for c in class_counts), checksums="changefeeds" in summary, routes="routes" in summary
+    )
     counts = dict.fromkeys(classes, 0)
     records = dict.fromkeys(classes, 0)
     # Every topic the run covered, zeros included, so a gauge falls back to 0 when its
@@ -400,11 +418,11 @@ def _summary_with_counts(summary: Mapping[str, Any], class_counts: Sequence[_Cla
     return {**summary, "status": status, "counts": counts, "records": records, "by_topic": by_topic}
 
 
-def _classes_present(found: Iterable[str], checksums: bool = False) -> list[str]:
-    """CLASSES in their order (then CHECKSUM_CLASSES, for a run that verified changefeeds),
-    then any other class the findings carry: a class this module does not know is still
-    reported, never dropped."""
-    known = [*CLASSES, *(CHECKSUM_CLASSES if checksums else ())]
+def _classes_present(found: Iterable[str], checksums: bool = False, routes: bool = False) -> list[str]:
+    """CLASSES in their order (then CHECKSUM_CLASSES, for a run that verified changefeeds, and
+    ROUTE_CLASSES, for one that checked routes), then any other class the findings carry: a
+    class this module does not know is still reported, never dropped."""
+    known = [*CLASSES, *(CHECKSUM_CLASSES if checksums else ()), *(ROUTE_CLASSES if routes else ())]
     return [*known, *sorted(set(found) - set(known))]
 
 
@@ -683,6 +701,10 @@ def _render_report(
         body.append("<h2>Changefeed row checksums</h2>")
         body += _changefeed_section(summary["changefeeds"] or {})
 
+    if "routes" in summary:
+        body.append("<h2>Pipeline routes at rest</h2>")
+        body += _routes_section(summary["routes"] or {})
+
     body.append("<h2>Findings by partition</h2>")
     if total == 0:
         body.append('<p class="note">No findings, so nothing to plot.</p>')
@@ -727,6 +749,12 @@ _OPTIONAL_COLUMN_TITLES = {
     "commit_ts": "Commit ts",
     "expected_checksum": "Expected checksum",
     "computed_checksum": "Computed checksum",
+    "route": "Route",
+    "hop": "Hop",
+    "group": "Group",
+    "trace_id": "Trace",
+    "committed_offset": "Committed offset",
+    "copies": "Copies",
 }
 # Identifiers rather than quantities: shown whole, without thousands separators.
 _NUMBERED_IDS = ("commit_ts", "expected_checksum", "computed_checksum")
@@ -755,7 +783,9 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
             return "—"
         if name == "registered_subjects":
             return ", ".join(f"<code>{_e(s)}</code>" for s in value) or '<span class="note">(none)</span>'
-        if name in ("producer", "expected_subject", "table", "row_key"):
+        if name == "copies":
+            return "<br>".join(_copy(copy) for copy in value)
+        if name in ("producer", "expected_subject", "table", "row_key", "route", "group", "trace_id"):
             return f"<code>{_e(value)}</code>"
         if name in _NUMBERED_IDS:
             return _e(value)
@@ -777,7 +807,9 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
         for r in rows
     ]
     numeric = {1, 2, len(header) - 2} | {
-        4 + i for i, name in enumerate(optional) if name in ("segment", "seq", "schema_id", *_NUMBERED_IDS)
+        4 + i
+        for i, name in enumerate(optional)
+        if name in ("segment", "seq", "schema_id", "hop", "committed_offset", *_NUMBERED_IDS)
     }
     return [
         f"<h3>{_e(heading)}</h3>",
@@ -838,6 +870,106 @@ def _changefeed_section(changefeeds: Mapping[str, Any]) -> list[str]:
             rows,
             table_id="changefeed-rows",
             column_classes=dict.fromkeys(range(3, len(verdicts) + 4), "num"),
+            row_classes=row_classes,
+        ),
+        *notes,
+    ]
+
+
+def _copy(copy: Row) -> str:
+    """Escaped markup for one position of a trace: a topic's record, or a file sink's."""
+    if copy["file"] is None:
+        return f"<code>{_e(copy['topic'])}[{copy['partition']}]@{copy['offset']}</code>"
+    if copy["partition"] is not None:
+        at = f"[{copy['partition']}]@{copy['offset']}"
+        return f'<code title="{_e(copy["file"])}">{_e(copy["topic"])}{_e(at)}</code>'
+    return f"<code>{_e(copy['file'])}</code> row {_int(copy['row'])}"
+
+
+def _routes_section(routes: Mapping[str, Any]) -> list[str]:
+    """Traces per route and hop, by outcome (summary["routes"])."""
+    if not routes:
+        return ['<p class="note">No route is configured.</p>']
+    header = (
+        "Route",
+        "Hop",
+        "From",
+        "Group",
+        "To",
+        "Traced in",
+        "Traced out",
+        "Delivered",
+        "Lost",
+        "Duplicated",
+        "Pending",
+    )
+    rows: list[tuple[str, ...]] = []
+    row_classes: list[str] = []
+    notes = []
+
+    def names(values: Sequence[str]) -> str:
+        return " | ".join(f"<code>{_e(v)}</code>" for v in values)
+
+    for name in sorted(routes):
+        entry = routes[name]
+        for hop in entry.get("hops") or ():
+            rows.append(
+                (
+                    f"<code>{_e(name)}</code>",
+                    _int(hop.get("hop")),
+                    names(hop.get("from") or ()),
+                    f"<code>{_e(hop.get('group', '—'))}</code>",
+                    names(hop.get("to") or ()),
+                    *(_int(hop.get(count)) for count in ROUTE_HOP_COUNTS),
+                )
+            )
+            row_classes.append("")
+            if not hop.get("group_known", True):
+                notes.append(
+                    f'<p class="note">Route <code>{_e(name)}</code>, hop {_int(hop.get("hop"))}: the cluster does '
+                    f"not know group <code>{_e(hop.get('group'))}</code>, so it has committed nothing: its traces "
+                    "are pending, never lost.</p>"
+                )
+        rows.append(
+            (
+                f"<code>{_e(name)}</code>",
+                "All hops",
+                "",
+                "",
+                "",
+                _int(entry.get("traced")),
+                "",
+                *(_int(entry.get(count)) for count in ROUTE_HOP_COUNTS[2:]),
+            )
+        )
+        row_classes.append("total")
+        if entry.get("file_sinks"):
+            live = (
+                "the live worker judges it up to its last topic"
+                if entry.get("live_hops")
+                else "the live worker does not judge it (its one hop writes files)"
+            )
+            notes.append(
+                f'<p class="note">Route <code>{_e(name)}</code> ends in files ({names(entry["file_sinks"])}), '
+                f"read as they were when the job ran; {live}.</p>"
+            )
+        if entry.get("unreadable_trace_headers"):
+            first = entry.get("first_unreadable_trace_header") or {}
+            notes.append(
+                f'<p class="note">Route <code>{_e(name)}</code>: {_int(entry["unreadable_trace_headers"])} records '
+                f"carry a trace header that cannot be read, and are not followed; the first on "
+                f"<code>{_e(first.get('topic'))}</code>: {_e(first.get('detail'))}.</p>"
+            )
+    return [
+        '<p class="note">Every traced record of the routes\' topics, followed across the hops and judged as the '
+        "live audit judges it, against each group's committed offsets read before the snapshot. Traced in and "
+        "out: traces seen at the hop's input and output. Pending: traces waiting on the hop (its group has not "
+        "committed past them): lag, not loss.</p>",
+        _table(
+            header,
+            rows,
+            table_id="route-hops",
+            column_classes=dict.fromkeys(range(5, len(header)), "num"),
             row_classes=row_classes,
         ),
         *notes,

@@ -182,11 +182,24 @@ class AuditSettings:
         )
 
     @cached_property
-    def routes(self) -> tuple[Route, ...]:
+    def all_routes(self) -> tuple[Route, ...]:
+        """Every route in full, file sinks included: what the nightly job checks at rest."""
         return parse_routes(self.routes_text) if self.configured else ()
 
+    @cached_property
+    def routes(self) -> tuple[Route, ...]:
+        """The routes the worker judges live: each up to its last Kafka stage (`Route.live`), as
+        the worker cannot observe files; a route whose one hop writes files is not among them."""
+        return tuple(live for route in self.all_routes if (live := route.live()) is not None)
+
+    @property
+    def judged_live(self) -> bool:
+        """Some route has a hop the worker can judge (not only hops writing files)."""
+        return bool(self.routes)
+
     def route_topics(self) -> frozenset[str]:
-        return frozenset(topic for route in self.routes for topic in route.topics)
+        """The Kafka topics of every route (file sinks are no topics): watched, and DIV-validated."""
+        return frozenset(topic for route in self.all_routes for topic in route.kafka_topics)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
         if create_own:
             # One partition: incidents are few, and one order makes "recent" and paging simple.
             await _ensure_compacted_topic(admin, settings, settings.incidents, 1)
-            if settings.audit.configured:
+            if settings.audit.judged_live:
                 # Every observation of a trace is kept until judged: not compacted by trace key.
                 await _ensure_compacted_topic(
                     admin, settings, settings.observations, settings.audit.partitions, compacted=False

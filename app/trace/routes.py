@@ -4,6 +4,11 @@ Text: routes separated by ";", each `name=topic>group>topic>group>topic...`: top
 consumer groups alternate, starting and ending with a topic, at least one hop. A topic
 position may list alternatives, `a|b`: a record goes to one of them.
 
+The last stage may also be files a processor writes (an archive in object storage):
+`parquet:PATH` or `avro:PATH` (`FILE_FORMATS`), e.g. `orders=orders>archiver>parquet:s3a://b/orders`.
+Only the nightly job reads files; the live worker judges such a route up to its last Kafka
+stage (`Route.live`). A path cannot hold ">", "|" or ";", the chain's separators.
+
 The model: stage 0 is the first topic; hop k is the processor (its consumer group) that
 reads stage k and writes to one of the topics of stage k+1. A hop reads its whole stage, so
 with alternatives the next hop's group consumes every one of them (`Hop.sources` is the
@@ -21,6 +26,9 @@ from functools import cached_property
 ROUTE_SEPARATOR = ";"
 HOP_SEPARATOR = ">"
 ALTERNATIVE_SEPARATOR = "|"
+# Never in a topic name, so a sink holding it is a file sink: `format:path`.
+FILE_SINK_SEPARATOR = ":"
+FILE_FORMATS = ("parquet", "avro")
 # Kafka's rule for topic names; route names follow it too (they key state and label metrics).
 _NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _NAME_RULE = "[a-zA-Z0-9._-], 1 to 249 characters"
@@ -34,6 +42,37 @@ def _check_topic(topic: str) -> str | None:
     if not _NAME.fullmatch(topic) or topic in (".", ".."):
         return f"{topic!r} is not a valid topic name ({_NAME_RULE}, not '.' or '..')"
     return None
+
+
+def is_file_sink(sink: str) -> bool:
+    """Whether a stage member is a file sink (`format:path`) rather than a topic."""
+    return FILE_SINK_SEPARATOR in sink
+
+
+@dataclass(frozen=True)
+class FileSink:
+    """Files a route's last hop writes: read at rest by the nightly job with Spark's reader for `format`."""
+
+    format: str
+    path: str
+
+    @property
+    def name(self) -> str:
+        """As the route text names it, and as the audit names the stage: `format:path`."""
+        return f"{self.format}{FILE_SINK_SEPARATOR}{self.path}"
+
+    @classmethod
+    def parse(cls, text: str) -> FileSink:
+        """The file sink `text` names; RouteError saying what is wrong (format, empty path)."""
+        file_format, _, path = text.partition(FILE_SINK_SEPARATOR)
+        if file_format not in FILE_FORMATS:
+            raise RouteError(
+                f"file sink {text!r}: format {file_format!r} is not one of {', '.join(FILE_FORMATS)} "
+                f"(a topic name cannot hold {FILE_SINK_SEPARATOR!r})"
+            )
+        if not path.strip():
+            raise RouteError(f"file sink {text!r} has an empty path")
+        return cls(file_format, path)
 
 
 @dataclass(frozen=True)
@@ -81,6 +120,19 @@ class Route:
             if topic in seen:
                 raise RouteError(f"route {self.name!r}: topic {topic!r} appears twice")
             seen.add(topic)
+        for index, stage in enumerate(self.stages[:-1]):
+            for sink in stage:
+                if is_file_sink(sink):
+                    raise RouteError(
+                        f"route {self.name!r}: file sink {sink!r} is stage {index}, but only the last stage "
+                        "can be files (no consumer group reads them)"
+                    )
+        for sink in self.stages[-1]:
+            if is_file_sink(sink):
+                try:
+                    FileSink.parse(sink)
+                except RouteError as bad:
+                    raise RouteError(f"route {self.name!r}: {bad}") from None
 
     @cached_property
     def stages(self) -> tuple[tuple[str, ...], ...]:
@@ -89,7 +141,27 @@ class Route:
 
     @cached_property
     def topics(self) -> tuple[str, ...]:
+        """Every stage member, file sinks (`format:path`) included: what `stage_of` knows."""
         return tuple(topic for stage in self.stages for topic in stage)
+
+    @cached_property
+    def kafka_topics(self) -> tuple[str, ...]:
+        """The route's topics, without its file sinks."""
+        return tuple(topic for topic in self.topics if not is_file_sink(topic))
+
+    @cached_property
+    def file_sinks(self) -> tuple[FileSink, ...]:
+        return tuple(FileSink.parse(sink) for sink in self.stages[-1] if is_file_sink(sink))
+
+    def live(self) -> Route | None:
+        """The route as the live worker can judge it: without a last hop that writes files, even
+        as one alternative (it observes topics only), so a trace is delivered on reaching that
+        hop's input. None when nothing is left: the route's one hop writes files."""
+        if not self.file_sinks:
+            return self
+        if len(self.hops) == 1:
+            return None
+        return Route(self.name, self.hops[:-1])
 
     @cached_property
     def _stage_by_topic(self) -> dict[str, int]:
@@ -151,9 +223,20 @@ def _parse_route(entry: str) -> Route:
         for topic in topics:
             if not topic:
                 raise error(f"segment {position} {segment!r} has an empty alternative")
-            problem = _check_topic(topic)
-            if problem is not None:
-                raise error(f"segment {position}: {problem}")
+            if is_file_sink(topic):
+                if position != len(segments):
+                    raise error(
+                        f"segment {position}: file sink {topic!r} is not the last stage; only the last "
+                        "stage can be files (no consumer group reads them)"
+                    )
+                try:
+                    FileSink.parse(topic)
+                except RouteError as bad:
+                    raise error(f"segment {position}: {bad}") from None
+            else:
+                problem = _check_topic(topic)
+                if problem is not None:
+                    raise error(f"segment {position}: {problem}")
             if topic in where:
                 raise error(
                     f"topic {topic!r} appears twice (segments {where[topic]} and {position}), so its stage is ambiguous"
@@ -167,12 +250,13 @@ def _parse_route(entry: str) -> Route:
 def validate_routes(
     routes: Sequence[Route], existing_topics: Collection[str], known_groups: Collection[str] | None = None
 ) -> list[str]:
-    """What is wrong with `routes` on this cluster: missing topics, unknown groups (when known_groups is given)."""
+    """What is wrong with `routes` on this cluster: missing topics, unknown groups (when known_groups
+    is given). File sinks are not the cluster's, so not looked for."""
     problems: list[str] = []
     for route in routes:
         for stage, topics in enumerate(route.stages):
             for topic in topics:
-                if topic not in existing_topics:
+                if topic not in existing_topics and not is_file_sink(topic):
                     problems.append(
                         f"route {route.name!r}: topic {topic!r} (stage {stage}) does not exist on the cluster"
                     )

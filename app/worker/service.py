@@ -157,7 +157,7 @@ class ValidationWorker:
         # The pipeline audit: observations of the route topics' traced records, judged where
         # their trace hashes to in the observations topic (its records go to `process` too).
         self.audit: PipelineAudit | None = None
-        if settings.audit.configured:
+        if settings.audit.judged_live:
             self.audit = PipelineAudit(settings)
             self.topics |= {settings.observations}
             self.trace_table = self._trace_table(settings.audit.partitions)
@@ -857,7 +857,7 @@ def build_app(
     # Subscribed through Faust (assignment, commits, co-partitioned tables); the records
     # themselves go to the worker in whole fetched batches, not through a stream.
     app.topics.add(app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes))
-    if settings.audit.configured:
+    if settings.audit.judged_live:
         app.topics.add(
             app.topic(settings.observations, partitions=settings.audit.partitions, key_type=bytes, value_type=bytes)
         )

@@ -1,6 +1,6 @@
 import pytest
 
-from kdiv.trace.routes import Hop, Route, RouteError, parse_routes, validate_routes
+from kdiv.trace.routes import FileSink, Hop, Route, RouteError, parse_routes, validate_routes
 
 
 def test_parse_multi_hop_routes_with_alternatives():
@@ -80,3 +80,65 @@ def test_validate_routes_lists_missing_topics_and_unknown_groups():
         "route 'flow': group 'router' (hop 1, reading enriched) is not known to the cluster, "
         "so the audit cannot see its committed offsets",
     ]
+
+
+def test_a_last_stage_of_files_is_read_at_rest_and_left_out_of_the_live_route():
+    archive, mixed, whole = parse_routes(
+        "archive=orders>enricher>enriched>archiver>parquet:s3a://lake/enriched/dt=2024-01-01;"
+        "mixed=orders>router>eu|avro:/archive/us;"
+        "whole=orders>archiver>parquet:/data/orders"
+    )
+    assert archive.stages == (("orders",), ("enriched",), ("parquet:s3a://lake/enriched/dt=2024-01-01",))
+    assert archive.file_sinks == (FileSink("parquet", "s3a://lake/enriched/dt=2024-01-01"),)
+    assert archive.kafka_topics == ("orders", "enriched")
+    assert archive.stage_of("parquet:s3a://lake/enriched/dt=2024-01-01") == 2
+    assert archive.live() == Route("archive", (Hop(("orders",), "enricher", ("enriched",)),))
+    # A hop writing files even as one alternative cannot be judged live: the worker sees no file.
+    assert mixed.file_sinks == (FileSink("avro", "/archive/us"),) and mixed.kafka_topics == ("orders", "eu")
+    assert mixed.live() is None
+    assert whole.live() is None
+    (plain,) = parse_routes("plain=a>g>b")
+    assert plain.live() is plain and plain.file_sinks == () and plain.kafka_topics == ("a", "b")
+    assert FileSink("avro", "/x").name == "avro:/x"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("r=a>g>orc:/x", r"segment 3: file sink 'orc:/x': format 'orc' is not one of parquet, avro"),
+        ("r=a>g>parquet:", r"segment 3: file sink 'parquet:' has an empty path"),
+        ("r=a>g>parquet:/x>h>b", r"segment 3: file sink 'parquet:/x' is not the last stage"),
+        ("r=parquet:/x>g>b", r"segment 1: file sink 'parquet:/x' is not the last stage"),
+        ("r=a>g>parquet:/x|parquet:/x", r"topic 'parquet:/x' appears twice"),
+    ],
+)
+def test_file_sink_errors_name_the_route_and_the_segment(text, message):
+    with pytest.raises(RouteError, match=message) as caught:
+        parse_routes(text)
+    assert str(caught.value).startswith(f"route {text!r}: ")
+
+
+def test_routes_built_directly_keep_files_to_the_last_stage():
+    with pytest.raises(RouteError, match=r"route 'r': file sink 'parquet:/x' is stage 1, but only the last stage"):
+        Route("r", (Hop(("a",), "g", ("parquet:/x",)), Hop(("parquet:/x",), "h", ("c",))))
+    with pytest.raises(RouteError, match=r"route 'r': file sink 'csv:/x': format 'csv' is not one of"):
+        Route("r", (Hop(("a",), "g", ("csv:/x",)),))
+
+
+def test_validate_routes_does_not_look_for_files_on_the_cluster():
+    routes = parse_routes("r=a>g>b>h>parquet:/archive")
+    assert validate_routes(routes, {"a", "b"}, {"g", "h"}) == []
+
+
+def test_the_worker_gets_the_live_routes_and_watches_no_file():
+    from kdiv.config.settings import AuditSettings
+
+    audit = AuditSettings.from_env({"KDIV_ROUTES": "deep=a>g>b>h>parquet:/lake/b;flat=c>k>avro:/lake/c;kafka=d>m>e"})
+    assert [route.name for route in audit.all_routes] == ["deep", "flat", "kafka"]
+    assert [(route.name, route.last_stage) for route in audit.routes] == [("deep", 1), ("kafka", 1)]
+    assert audit.route_topics() == frozenset({"a", "b", "c", "d", "e"})
+    assert audit.judged_live
+    # Files only: checked at rest, nothing for the worker to judge (no observations topic).
+    archive_only = AuditSettings.from_env({"KDIV_ROUTES": "flat=c>k>avro:/lake/c"})
+    assert archive_only.configured and not archive_only.judged_live
+    assert archive_only.route_topics() == frozenset({"c"})
