@@ -1,7 +1,8 @@
 """Live worker throughput: a kdiv worker validating a topic, against what else could read it.
 
     python bench/worker.py [--records N] [--producers P] [--partitions K] [--value-size B]
-                           [--compacted] [--repeat 3] [--variants kdiv faust-count] [--profile [VARIANT ...]]
+                           [--compacted] [--repeat 3] [--variants kdiv kdiv-audit faust-count]
+                           [--trace-rate R] [--trace-partitions T] [--profile [VARIANT ...]]
                            [--bootstrap HOST:PORT]
 
 One run: start the embedded broker (unless --bootstrap or KDIV_BOOTSTRAP names one), create a
@@ -16,8 +17,27 @@ Kafka's partitioner or round robin; their END_OF_SEGMENTs at close), then, per r
    (AIOKafkaAdminClient.list_consumer_group_offsets every --poll-s):
      kdiv         the product: `faust -A kdiv.worker.main worker`, tables on. It must report
                   no incident, or the figure measures a fault path;
+     kdiv-audit   the product with the pipeline audit on (README, "Pipeline audit"): the
+                  topic is the source of a route, KDIV_ROUTES="bench=<topic>><group>><sink>",
+                  and every data record carries a trace (the writers trace 100%: DivWriter's
+                  tracing="*=1"; --trace-rate R traces a share R instead, the writers'
+                  sampling). Each traced record is validated and is an observation, sent to
+                  <app id>-trace-observations (--trace-partitions, KDIV_TRACE_PARTITIONS)
+                  before its offset commits, consumed back by the same worker and judged into
+                  its `traces` table. Done when the group has committed the end of the topic
+                  AND of the observations topic (its ends are read once the topic is
+                  committed: every observation was acknowledged before that commit). The
+                  route's group is one nobody joins and its sink an empty topic, so no trace
+                  resolves: every trace stays open (pending: lag, not loss) and costs no
+                  incident (UNRESOLVED only after KDIV_TRACE_MAX_WAIT_S, 6 h). That is the
+                  audit's worst case for the judge: every open trace is looked at on every
+                  flush. It must report no incident either;
      faust-count  what a user would write instead: a plain Faust agent whose RocksDB table
                   counts records per key (`faust -A bench.worker:app`).
+
+With kdiv-audit among the variants (or profiled) every variant reads the same traced topic,
+so kdiv-audit/kdiv is the audit's cost on identical records (the trace header adds 37 bytes
+to each traced record, for every variant).
 
 --repeat rounds (default 3) interleave the variants, and the summary gives medians: on a
 shared machine single runs vary by tens of percent. With --profile [VARIANT ...], one more
@@ -36,16 +56,23 @@ group is Stable with a member. Figures per worker run:
 - commit slope: the slope of the committed-offset curve between the first and the last commit
   seen strictly between 0 and the end. Not the validation rate: a commit that takes long
   while validation goes on (seen with kdiv on the embedded broker) makes it far too high.
+- kdiv-audit: observations/s = traced records judged / (group Stable -> all committed),
+  its ratio to kdiv's after-ready rate (the validation rate) and to bare in the same round,
+  the observations' tail (topic committed -> observations committed: the last observations'
+  fetch, judge and commit; the rate before it is records / (ready -> topic committed)) and the
+  `traces` table's changelog records;
 - CPU: the worker's and the broker's CPU time over (ready, done) as a share of one core (a
   worker near 100% is CPU-bound: the GIL), and "others": what the machine spent on processes
   this bench did not start; well above 0 means the run shared the cores and its figure is low.
 
 A fast worker gets through 200 000 records within a few seconds, so the fixed part of "after
 ready" (recovery, the last commit) weighs: give it more --records (1 000 000). RSS is the
-worker's peak resident memory (VmHWM).
+worker's peak resident memory (VmHWM). Workers log at info (KDIV_BENCH_LOG_LEVEL), as the docker
+image runs them: at warn Faust's terminal spinner makes every debug call of aiokafka and Faust
+build a LogRecord.
 
-The figure to watch is the ratio kdiv/bare; absolute records/s depend on the machine (the
-broker, the bench and the worker share its cores).
+The figure to watch is the ratio kdiv/bare (and kdiv-audit/kdiv for the audit); absolute
+records/s depend on the machine (the broker, the bench and the worker share its cores).
 """
 
 from __future__ import annotations
@@ -79,10 +106,13 @@ from kdiv.dev.broker import DevBroker  # noqa: E402
 from kdiv.dev.demo import ensure_topic  # noqa: E402
 from kdiv.dev.registry.process import DevRegistryProcess  # noqa: E402
 from kdiv.kafka.tansu import detect_tansu, end_offsets  # noqa: E402
+from kdiv.trace.sampling import Sampler, SamplingSpec  # noqa: E402
 from kdiv.writer import DivWriter  # noqa: E402
 
 BIN = Path(sys.executable).parent
-VARIANTS = ("kdiv", "faust-count")
+VARIANTS = ("kdiv", "kdiv-audit", "faust-count")
+# kdiv-audit: the route whose source is the bench topic (README, "Pipeline audit").
+AUDIT_ROUTE = "bench"
 
 
 class BenchError(RuntimeError):
@@ -92,13 +122,30 @@ class BenchError(RuntimeError):
 # -- the topic --------------------------------------------------------------------------------
 
 
-async def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
-    """Write args.records DIV-stamped data records from args.producers writers; returns seconds."""
+async def produce(
+    bootstrap: str, topic: str, args: argparse.Namespace, trace_rate: float | None = None
+) -> tuple[float, int]:
+    """Write args.records DIV-stamped data records from args.producers writers, a share
+    `trace_rate` of them with a trace header; returns (seconds, records traced)."""
     rng = random.Random(7)
+    draws = random.Random(11)
+    traced = 0
+
+    def draw() -> float:
+        # The writers' sampling draw (only asked when 0 < rate < 1), counting the records traced.
+        nonlocal traced
+        value = draws.random()
+        traced += value < (trace_rate or 0)
+        return value
+
+    sampler = None if trace_rate is None else Sampler(SamplingSpec.parse(f"*={trace_rate!r}"), draw=draw)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
-        writers = [DivWriter(producer, max_records_per_segment=args.segment_records) for _ in range(args.producers)]
+        writers = [
+            DivWriter(producer, max_records_per_segment=args.segment_records, tracing=sampler)
+            for _ in range(args.producers)
+        ]
         await writers[0].partitions(topic)  # metadata for the topic before the clock starts
         start = time.perf_counter()
         for i in range(args.records):
@@ -107,7 +154,9 @@ async def produce(bootstrap: str, topic: str, args: argparse.Namespace) -> float
             await writer.send(topic, rng.randbytes(args.value_size), key=key)
         for writer in writers:
             await writer.close()  # END_OF_SEGMENT everywhere, then flush: all acknowledged
-        return time.perf_counter() - start
+        if trace_rate is not None and trace_rate >= 1:
+            traced = args.records  # no draw at 100%
+        return time.perf_counter() - start, traced
     finally:
         await producer.stop()
 
@@ -259,6 +308,12 @@ class WorkerRun:
     state_writes: int = 0
     rss_bytes: int | None = None
     profile: Path | None = None
+    # kdiv-audit: the observations judged (the observations topic's records), when the
+    # watched topic was all committed, and the `traces` table's changelog records.
+    traced: int = 0
+    observations: int = 0
+    source_done: float | None = None
+    trace_writes: int = 0
 
     @property
     def ready_at(self) -> float:
@@ -283,6 +338,24 @@ class WorkerRun:
         return self.records / max(self.done_at - self.ready_at, 1e-9)
 
     @property
+    def observation_rate(self) -> float:
+        """Observations judged per second after ready (kdiv-audit)."""
+        return self.observations / max(self.done_at - self.ready_at, 1e-9)
+
+    @property
+    def source_rate(self) -> float | None:
+        """Records / (group Stable -> the watched topic all committed): kdiv-audit without the
+        observations' tail."""
+        if self.source_done is None:
+            return None
+        return self.records / max(self.source_done - self.ready_at, 1e-9)
+
+    @property
+    def observations_tail_s(self) -> float | None:
+        """Watched topic all committed -> observations all committed (kdiv-audit)."""
+        return None if self.source_done is None else self.done_at - self.source_done
+
+    @property
     def steady_rate(self) -> float | None:
         inside = [(t, c) for t, c in self.curve if 0 < c < self.records]
         if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
@@ -295,8 +368,22 @@ class WorkerRun:
         return (c1 - c0) / (t1 - t0)
 
 
+def audit_routes(topic: str, sink: str, app_id: str) -> str:
+    """KDIV_ROUTES of kdiv-audit: the bench topic is the source of a one-hop route whose group
+    nobody joins (it never commits, so every trace is pending: lag, not loss) and whose sink
+    is an empty topic."""
+    return f"{AUDIT_ROUTE}={topic}>{app_id}-idle-processor>{sink}"
+
+
 def worker_env(
-    args: argparse.Namespace, bootstrap: str, topic: str, app_id: str, data_dir: Path, batch: Batch, variant: str
+    args: argparse.Namespace,
+    bootstrap: str,
+    topic: str,
+    app_id: str,
+    data_dir: Path,
+    batch: Batch,
+    variant: str,
+    sink: str | None = None,
 ) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -308,6 +395,16 @@ def worker_env(
         KDIV_BATCH_MAX=str(batch.max),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
+    for name in list(env):
+        # The pipeline audit is kdiv-audit's alone, configured below.
+        if name == "KDIV_ROUTES" or name.startswith("KDIV_TRACE_"):
+            del env[name]
+    if variant == "kdiv-audit":
+        if sink is None:
+            raise BenchError("kdiv-audit needs the route's sink topic")
+        env["KDIV_ROUTES"] = audit_routes(topic, sink, app_id)
+        env["KDIV_TRACE_PARTITIONS"] = str(args.trace_partitions)
+        env["KDIV_TRACE_SAMPLING"] = f"*={args.trace_rate!r}"
     env.pop("KDIV_TOPIC_PATTERN", None)
     if args.commit_interval_s is not None:
         env["KDIV_COMMIT_INTERVAL_S"] = str(args.commit_interval_s)
@@ -364,6 +461,8 @@ async def run_worker(
     broker_pid: int | None,
     variant: str = "kdiv",
     profile: bool = False,
+    sink: str | None = None,
+    traced: int = 0,
 ) -> WorkerRun:
     tag = re.sub(r"[^a-z0-9]+", "-", variant)
     app_id = f"kdiv-bench-{uuid.uuid4().hex[:8]}-{tag}-b{batch.max}{'-prof' if profile else ''}"
@@ -374,16 +473,21 @@ async def run_worker(
     profile_path = rundir / "py-spy.txt"
     spy_log = rundir / "py-spy.log"
     total = sum(ends.values())
-    app_arg = "kdiv.worker.main" if variant == "kdiv" else "bench.worker:app"
+    app_arg = "bench.worker:app" if variant == "faust-count" else "kdiv.worker.main"
+    audit = variant == "kdiv-audit"
+    observations_topic = f"{app_id}-trace-observations"
     # `faust worker` sets web_enabled from its own --with-web/--without-web flag (default:
     # with), over the app's KDIV_WEB_ENABLED=false: without it every worker binds port 6066.
+    # The log level is the docker image's (info). At warn or above Faust's worker keeps its
+    # terminal spinner and sets the root logger to DEBUG for it, so every debug call of aiokafka
+    # and Faust builds a LogRecord: a tenth of kdiv-audit's time, one per message sent.
     command = [
         str(BIN / "faust"),
         "-A",
         app_arg,
         "worker",
         "-l",
-        os.environ.get("KDIV_BENCH_LOG_LEVEL", "warn"),
+        os.environ.get("KDIV_BENCH_LOG_LEVEL", "info"),
         "--without-web",
     ]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-bench-monitor")
@@ -396,16 +500,20 @@ async def run_worker(
             process = subprocess.Popen(
                 command,
                 cwd=ROOT,
-                env=worker_env(args, bootstrap, topic, app_id, data_dir, batch, variant),
+                env=worker_env(args, bootstrap, topic, app_id, data_dir, batch, variant, sink),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stopped as a whole below
             )
         run = WorkerRun(variant, batch, app_id, total, spawned)
+        if audit:
+            run.traced = traced
         deadline = spawned + args.timeout
         cpu_start = None
         last = -1
+        # kdiv-audit: the observations topic's end offsets, once the watched topic is committed.
+        observation_ends: dict[TopicPartition, int] = {}
         while True:
             if process.poll() is not None:
                 raise BenchError(
@@ -413,8 +521,11 @@ async def run_worker(
                     f"its log ({log_path}) ends:\n{tail(log_path)}"
                 )
             if time.monotonic() > deadline:
+                behind = ""
+                if run.source_done is not None:
+                    behind = f" and all of them, but not the {run.observations} observations"
                 raise BenchError(
-                    f"the worker ({app_id}) had committed {max(last, 0)} of {total} records "
+                    f"the worker ({app_id}) had committed {max(last, 0)} of {total} records{behind} "
                     f"{args.timeout:.0f} s after its start (--timeout); its log ({log_path}) ends:\n{tail(log_path)}"
                 )
             if run.ready is None:
@@ -424,13 +535,22 @@ async def run_worker(
                     cpu_start = CpuSample.take(process.pid, broker_pid)
                     if profile:
                         spy = start_py_spy(process.pid, profile_path, spy_log, args.profile_rate)
-            committed = await admin.list_consumer_group_offsets(app_id, partitions=list(ends))
+            committed = await admin.list_consumer_group_offsets(app_id, partitions=[*ends, *observation_ends])
             positions = {tp: meta.offset for tp, meta in committed.items() if meta is not None and meta.offset >= 0}
             done = sum(min(positions.get(tp, 0), end) for tp, end in ends.items())
             if done != last:
                 run.curve.append((time.monotonic() - spawned, done))
                 last = done
-            if done >= total:
+            if done >= total and audit and run.source_done is None:
+                run.source_done = time.monotonic()
+                # Observations are acknowledged before their records' offsets commit: the
+                # observations topic is complete now.
+                found = await topic_sizes(bootstrap, {observations_topic: args.trace_partitions}, tansu)
+                observation_ends = found[observations_topic]
+                run.observations = sum(observation_ends.values())
+                continue  # poll their committed offsets at once
+            judged = all(positions.get(tp, 0) >= end for tp, end in observation_ends.items())
+            if done >= total and judged:
                 run.done = time.monotonic()
                 break
             await asyncio.sleep(args.poll_s)
@@ -445,11 +565,13 @@ async def run_worker(
             run.profile = profile_path
         incidents = f"{app_id}-incidents"
         changelogs = [f"{app_id}-{name}-p{len(ends)}-changelog" for name in ("state", "keys")]
-        if variant != "kdiv":
+        if variant == "faust-count":
             changelogs = [f"{app_id}-counts-changelog"]
-        sizes = await topic_sizes(bootstrap, dict.fromkeys([incidents, *changelogs]), tansu)
+        traces = f"{app_id}-traces-changelog"
+        sizes = await topic_sizes(bootstrap, dict.fromkeys([incidents, *changelogs, traces]), tansu)
         run.incidents = sum(sizes.get(incidents, {}).values())
         run.state_writes = sum(sum(sizes.get(changelog, {}).values()) for changelog in changelogs)
+        run.trace_writes = sum(sizes.get(traces, {}).values())
         return run
     finally:
         if spy is not None and spy.poll() is None:
@@ -542,8 +664,10 @@ def stop_py_spy(spy: subprocess.Popen, log: Path) -> None:
 # Where a sample's time goes: the deepest frame (leaf first) whose file matches.
 CATEGORIES = [
     ("kdiv validation core (app/div)", re.compile(r"/app/div/")),
-    ("kdiv live state (app/live.py)", re.compile(r"/app/live\.py")),
-    ("kdiv worker glue (app/worker.py)", re.compile(r"/app/worker\.py")),
+    ("kdiv pipeline audit: judge, routes, headers (app/trace)", re.compile(r"/app/trace/")),
+    ("kdiv pipeline audit: observations in and out (app/worker/audit.py)", re.compile(r"/app/worker/audit\.py")),
+    ("kdiv live state (app/worker/live.py)", re.compile(r"/app/worker/live\.py")),
+    ("kdiv worker glue (app/worker/service.py, faustcompat)", re.compile(r"/app/worker/(service\.py|faustcompat/)")),
     ("RocksDB store (faust/stores, rocksdict)", re.compile(r"faust/stores/|rocksdict")),
     ("Faust tables (faust/tables)", re.compile(r"faust/tables/")),
     ("aiokafka producer (changelog sends)", re.compile(r"aiokafka/producer/")),
@@ -642,9 +766,24 @@ def fmt_rate(rate: float | None) -> str:
     return "n/a" if rate is None else f"{rate:,.0f} records/s"
 
 
-def report(run: WorkerRun, bare_rate: float, verbose: bool) -> None:
+def report(run: WorkerRun, bare_rate: float, verbose: bool, kdiv_rate: float | None = None) -> None:
     rate = run.after_ready_rate
     print(f"  {run.variant} ({run.batch}): after ready {fmt_rate(rate)}, ratio to bare {rate / bare_rate:.3f}")
+    if run.variant == "kdiv-audit":
+        to_kdiv = "" if kdiv_rate is None else f", ratio to kdiv {run.observation_rate / kdiv_rate:.3f}"
+        tail_s = run.observations_tail_s
+        print(
+            f"      observations {run.observations}: {run.observation_rate:,.0f} observations/s after ready{to_kdiv}, "
+            f"to bare {run.observation_rate / bare_rate:.3f} | observations tail "
+            f"{'n/a' if tail_s is None else f'{tail_s:.1f} s'} (before it: {fmt_rate(run.source_rate)}) | "
+            f"traces table writes {run.trace_writes} "
+            f"({run.trace_writes / max(run.observations, 1):.3f}/observation)"
+        )
+        if run.observations != run.traced:
+            print(
+                f"      WARNING: {run.observations} observations for {run.traced} traced records: "
+                "not one observation per traced record"
+            )
     print(
         f"      startup {run.startup_s:.1f} s | commit slope {fmt_rate(run.steady_rate)} | end-to-end {fmt_rate(run.end_to_end_rate)} | "
         f"state writes {run.state_writes} ({run.state_writes / run.records:.3f}/record) | "
@@ -661,7 +800,13 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
     topic = f"kdiv-bench-{uuid.uuid4().hex[:8]}"
     config = {"cleanup.policy": "compact"} if args.compacted else None
     await ensure_topic(bootstrap, topic, args.partitions, config=config)
-    produce_s = await produce(bootstrap, topic, args)
+    audit = "kdiv-audit" in args.variants or "kdiv-audit" in (args.profile or ())
+    sink = None
+    if audit:
+        # The route's sink: it must exist (the worker waits for its route topics), and stays empty.
+        sink = f"{topic}-sink"
+        await ensure_topic(bootstrap, sink, args.partitions)
+    produce_s, traced = await produce(bootstrap, topic, args, trace_rate=args.trace_rate if audit else None)
     ends = (await topic_sizes(bootstrap, {topic: args.partitions}, tansu))[topic]
     total = sum(ends.values())
     where = "embedded Tansu" if broker_pid is not None else f"{bootstrap}{' (Tansu)' if tansu else ''}"
@@ -670,7 +815,13 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         f"{args.producers}, partitions: {args.partitions}, value bytes: {args.value_size}, keys: {args.keys}, "
         f"broker: {where}"
     )
-    print(f"produced in {produce_s:.1f} s ({args.records / produce_s:,.0f} records/s through DivWriter)")
+    tracing = f", {traced} data records traced (*={args.trace_rate!r})" if audit else ""
+    print(f"produced in {produce_s:.1f} s ({args.records / produce_s:,.0f} records/s through DivWriter{tracing})")
+    if audit:
+        print(
+            f"kdiv-audit: KDIV_ROUTES={audit_routes(topic, str(sink), '<app id>')}, "
+            f"KDIV_TRACE_PARTITIONS={args.trace_partitions}; the route's group never commits: every trace pending"
+        )
     configs = [("kdiv", batch) for batch in args.batch if "kdiv" in args.variants]
     configs += [(variant, args.batch[0]) for variant in args.variants if variant != "kdiv"]
     results: dict[tuple[str, Batch], list[WorkerRun]] = {config: [] for config in configs}
@@ -689,10 +840,15 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
                 "process start -> group Stable; commit slope: committed offsets between the first and last commit "
                 "inside the run; CPU over (ready, done), % of one core:"
             )
+        kdiv_rate = None  # this round's kdiv validation rate, at the batch setting kdiv-audit runs with
         for variant, batch in configs:
-            run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant)
+            run = await run_worker(
+                args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant, sink=sink, traced=traced
+            )
             results[(variant, batch)].append(run)
-            report(run, bare_rates[-1], args.verbose)
+            if variant == "kdiv" and batch == args.batch[0]:
+                kdiv_rate = run.after_ready_rate
+            report(run, bare_rates[-1], args.verbose, kdiv_rate)
     bare_rate = statistics.median(bare_rates)
 
     def rate_of(run: WorkerRun) -> float:
@@ -720,14 +876,60 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
                 f"  {variant + ' (' + str(batch) + ')':<36} {rate:>10,.0f} records/s  "
                 f"ratio {rate / bare_rate:.3f}{span}  startup {startup:.1f} s  state writes/record {writes:.3f}"
             )
+    audit_runs = results.get(("kdiv-audit", args.batch[0]), [])
+    if audit_runs:
+        observed = sorted(run.observation_rate for run in audit_runs)
+        observed_rate = statistics.median(observed)
+        span = f" [{observed[0]:,.0f}-{observed[-1]:,.0f}]" if len(observed) > 1 else ""
+        tails = [run.observations_tail_s for run in audit_runs if run.observations_tail_s is not None]
+        tail_text = f"; observations tail {statistics.median(tails):.1f} s" if tails else ""
+        print(
+            f"kdiv-audit: {observed_rate:,.0f} observations/s through the live audit{span} (median), "
+            f"ratio to bare {observed_rate / bare_rate:.3f}{tail_text}"
+        )
+        kdiv_runs = results.get(("kdiv", args.batch[0]), [])
+        if kdiv_runs:
+            # Paired by round: both ran within a minute of each other, on the same records.
+            kdiv_median = statistics.median(map(rate_of, kdiv_runs))
+            for what, audit_rates, audit_median in (
+                ("observations/s", [run.observation_rate for run in audit_runs], observed_rate),
+                (
+                    "records/s",
+                    [run.after_ready_rate for run in audit_runs],
+                    statistics.median(map(rate_of, audit_runs)),
+                ),
+            ):
+                pairs = [rate / k.after_ready_rate for rate, k in zip(audit_rates, kdiv_runs, strict=True)]
+                print(
+                    f"kdiv-audit {what} / kdiv validation rate (records/s): {statistics.median(pairs):.3f} "
+                    f"(median of the rounds' ratios: {', '.join(f'{r:.3f}' for r in pairs)}; "
+                    f"ratio of the medians: {audit_median / kdiv_median:.3f})"
+                )
     for variant in args.profile or ():
         batch = args.batch[0]
         print(
             f"profile: py-spy ({args.profile_rate} Hz) on one more {variant} run ({batch}), "
             "from group Stable to all committed"
         )
-        run = await run_worker(args, bootstrap, topic, ends, batch, workdir, tansu, broker_pid, variant, profile=True)
-        print(f"  under the profiler: {fmt_rate(run.after_ready_rate)}; CPU {run.cpu}; raw stacks: {run.profile}")
+        run = await run_worker(
+            args,
+            bootstrap,
+            topic,
+            ends,
+            batch,
+            workdir,
+            tansu,
+            broker_pid,
+            variant,
+            profile=True,
+            sink=sink,
+            traced=traced,
+        )
+        observed_note = f" ({run.observation_rate:,.0f} observations/s)" if variant == "kdiv-audit" else ""
+        print(
+            f"  under the profiler: {fmt_rate(run.after_ready_rate)}{observed_note}; CPU {run.cpu}; "
+            f"raw stacks: {run.profile}"
+        )
         for line in summarize_profile(run.profile, args.top) if run.profile else ():
             print("  " + line)
 
@@ -771,6 +973,18 @@ def main() -> None:
         help="workers to run (see the module doc); kdiv runs once per --batch-max, the others at the first",
     )
     parser.add_argument(
+        "--trace-partitions",
+        type=int,
+        default=4,
+        help="kdiv-audit: partitions of the observations topic (KDIV_TRACE_PARTITIONS; the worker's default 4)",
+    )
+    parser.add_argument(
+        "--trace-rate",
+        type=float,
+        default=1.0,
+        help="kdiv-audit: the share of data records the writers trace (default 1: every record)",
+    )
+    parser.add_argument(
         "--compacted",
         action="store_true",
         help="a compacted topic (cleanup.policy=compact): kdiv keeps its key ledger too",
@@ -796,6 +1010,8 @@ def main() -> None:
     args.batch = [Batch(value) for value in args.batch_max]
     if args.profile == []:
         args.profile = ["kdiv"]
+    if not 0 < args.trace_rate <= 1:
+        parser.error(f"--trace-rate {args.trace_rate}: expected a share in (0, 1]")
     for variant in args.profile or ():
         if variant not in VARIANTS:
             parser.error(f"--profile {variant}: expected one of {', '.join(VARIANTS)}")

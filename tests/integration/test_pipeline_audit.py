@@ -9,28 +9,13 @@ import uuid
 
 import aiohttp
 
-from kdiv.dev.processor import FaultyProcessor, ProcessorLedger
-from kdiv.writer import DivWriter
+from kdiv.dev.processor import ProcessorLedger
 from tests.harness.broker import read_incidents, wait_until_caught_up
 from tests.harness.browser import dashboard
+from tests.harness.pipeline import processor_pair, produce_traced
 from tests.harness.processes import WorkerProcess, free_port
 
 GRACE_S = 2.0
-
-
-async def produce_traced(bootstrap: str, topic: str, stop: asyncio.Event, rate: float = 300.0) -> int:
-    """Every record traced; returns how many were written."""
-    writer = await DivWriter.start(bootstrap, tracing="*=1", max_records_per_segment=500)
-    written = 0
-    try:
-        while not stop.is_set():
-            await writer.send(topic, b"v%d" % written, b"k%d" % written)
-            written += 1
-            await asyncio.sleep(1 / rate)
-        await writer.flush()
-    finally:
-        await writer.close()
-    return written
 
 
 async def routes_view(worker: WorkerProcess) -> dict:
@@ -128,20 +113,7 @@ async def run_pipeline(
     group = f"proc{uuid.uuid4().hex[:8]}"
     worker = audit_worker(bootstrap, source, sink, group, tmp_path)
     linger_s = 1.5
-    first, second = (
-        FaultyProcessor(
-            bootstrap,
-            source,
-            sink,
-            group,
-            name=name,
-            fault=fault,
-            batch_size=10_000,
-            linger_s=linger_s,
-            duplicate_every=3,
-        )
-        for name in ("p1", "p2")
-    )
+    first, second = processor_pair(bootstrap, source, sink, group, fault, linger_s)
     stop = asyncio.Event()
     try:
         worker.start()

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kdiv.dev.processor import FaultyProcessor, ProcessorLedger
+from kdiv.dev.processor import ProcessorLedger
 from kdiv.reconcile.findings import ROUTE_DUPLICATED, ROUTE_LOST
 from kdiv.reconcile.job import PROM_FILE, ROUTE_OFFSETS_JSON, Reconciliation, parse_args, settings_from
 from kdiv.reconcile.kafka_source import read_topics
@@ -47,6 +47,7 @@ from kdiv.trace.header import TRACE_HEADER, TraceStamp, encode_trace
 from kdiv.trace.routes import FileSink, parse_routes
 from kdiv.writer import DivWriter
 from tests.conftest import _create_topic, _delete_topics, run_coroutine
+from tests.harness.pipeline import processor_pair, produce_traced
 from tests.integration.test_reconcile_report import _Page, as_int, table_dicts
 
 pytestmark = pytest.mark.broker
@@ -54,42 +55,14 @@ pytestmark = pytest.mark.broker
 IDLE_TRACES = 25
 
 
-async def produce_traced(bootstrap: str, topic: str, stop: asyncio.Event, rate: float = 250.0) -> int:
-    """Every record traced, until `stop`; returns how many were written."""
-    writer = await DivWriter.start(bootstrap, tracing="*=1", max_records_per_segment=500)
-    written = 0
-    try:
-        while not stop.is_set():
-            await writer.send(topic, b"v%d" % written, b"k%d" % written)
-            written += 1
-            await asyncio.sleep(1 / rate)
-        await writer.flush()
-    finally:
-        await writer.close()
-    return written
-
-
 async def run_pipeline(bootstrap: str, source: str, sink: str, group: str, fault: str) -> tuple[int, ProcessorLedger]:
     """Two instances of a faulty processor, with a rebalance as the second joins and another as
     the first leaves, all under load; returns the records traced and the processors' ledger."""
     linger_s = 1.0
-    first, second = (
-        FaultyProcessor(
-            bootstrap,
-            source,
-            sink,
-            group,
-            name=name,
-            fault=fault,
-            batch_size=10_000,
-            linger_s=linger_s,
-            duplicate_every=3,
-        )
-        for name in ("p1", "p2")
-    )
+    first, second = processor_pair(bootstrap, source, sink, group, fault, linger_s)
     stop = asyncio.Event()
     try:
-        producing = asyncio.create_task(produce_traced(bootstrap, source, stop))
+        producing = asyncio.create_task(produce_traced(bootstrap, source, stop, rate=250.0))
         await first.start()
         await asyncio.sleep(3)
         await second.start()
