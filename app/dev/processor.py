@@ -232,6 +232,8 @@ async def run_processors(
     partitions: int = 4,
     security: KafkaSecurity = PLAINTEXT,
     replication_factor: int = 1,
+    batch_size: int = 100,
+    linger_s: float = 0.5,
 ) -> ProcessorLedger:
     """`instances` processors of one group, source -> sink; every `restart_every_s` (0: never)
     the oldest leaves and a new one joins: the rebalances at which "drop" loses its buffer.
@@ -244,7 +246,15 @@ async def run_processors(
 
     async def join(number: int) -> None:
         processor = FaultyProcessor(
-            bootstrap, source, sink, group, fault=fault, security=security, name=f"{group}-{number}"
+            bootstrap,
+            source,
+            sink,
+            group,
+            fault=fault,
+            batch_size=batch_size,
+            linger_s=linger_s,
+            security=security,
+            name=f"{group}-{number}",
         )
         await processor.start()
         running.append(processor)

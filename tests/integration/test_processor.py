@@ -47,7 +47,18 @@ async def test_the_demo_hop_drops_at_its_restarts_and_the_traces_name_exactly_th
         run_demo(bootstrap, source, 2, rate=300, fault_every_s=3600, duration_s=7, tracing=f"{source}=1")
     )
     ledger = await run_processors(
-        bootstrap, source, sink, group, fault="drop", instances=2, restart_every_s=2, duration_s=10, partitions=2
+        bootstrap,
+        source,
+        sink,
+        group,
+        fault="drop",
+        instances=2,
+        restart_every_s=2,
+        duration_s=10,
+        partitions=2,
+        # Batches that linger: a restart's rebalance always finds a buffer to drop.
+        batch_size=10_000,
+        linger_s=1.5,
     )
     await writing
     assert ledger.lost, "no restart dropped a buffer: the test proves nothing"
