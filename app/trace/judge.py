@@ -102,7 +102,7 @@ class TraceVerdict:
         return self.trace_id.hex()
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceState:
     """What the judge holds about one trace of one route.
 
@@ -158,30 +158,38 @@ class TraceState:
     # H + each (stage H, ms q), duplicates reported H + each (stage H). Big-endian.
 
     def pack(self) -> bytes:
-        topics = sorted({where[0] for records in self.observations.values() for where in records})
-        topic_index = {topic: index for index, topic in enumerate(topics)}
+        # Written once per change of every trace: the common shapes (one record per stage,
+        # one topic, nothing committed or reported) take no sort and no encoding.
+        observations = self.observations
         parts = [
             _HEAD.pack(_STATE_VERSION, _CODES[self.resolved], _CODES[self.earlier], self.first_seen_ms, self.origin_ms)
         ]
         if self.resolved is not None:
             parts.append(_Q.pack(self.resolved_ms if self.resolved_ms is not None else 0))
-        parts.append(_H.pack(len(topics)))
-        for topic in topics:
-            encoded = topic.encode()
-            parts.append(_H.pack(len(encoded)) + encoded)
-        count = sum(len(records) for records in self.observations.values())
+        count = 0
+        names: set[str] = set()
+        for records in observations.values():
+            count += len(records)
+            for where in records:
+                names.add(where[0])
+        topics = tuple(sorted(names)) if len(names) > 1 else tuple(names)
+        parts.append(_topics_entry(topics))
+        topic_index = {topic: index for index, topic in enumerate(topics)}
         parts.append(_I.pack(count))
-        for stage in sorted(self.observations):
-            records = self.observations[stage]
-            for where in sorted(records):
+        pack_observation = _OBSERVATION.pack
+        for stage in sorted(observations) if len(observations) > 1 else observations:
+            records = observations[stage]
+            for where in sorted(records) if len(records) > 1 else records:
                 timestamp, seen = records[where]
                 topic, partition, offset = where
-                parts.append(_OBSERVATION.pack(stage, topic_index[topic], partition, offset, timestamp, seen))
-        parts.append(_H.pack(len(self.committed_since_ms)))
-        for stage in sorted(self.committed_since_ms):
-            parts.append(_COMMITTED.pack(stage, self.committed_since_ms[stage]))
-        parts.append(_H.pack(len(self.duplicates_reported)))
-        for stage in sorted(self.duplicates_reported):
+                parts.append(pack_observation(stage, topic_index[topic], partition, offset, timestamp, seen))
+        committed = self.committed_since_ms
+        parts.append(_H.pack(len(committed)))
+        for stage in sorted(committed) if len(committed) > 1 else committed:
+            parts.append(_COMMITTED.pack(stage, committed[stage]))
+        reported = self.duplicates_reported
+        parts.append(_H.pack(len(reported)))
+        for stage in sorted(reported) if len(reported) > 1 else reported:
             parts.append(_H.pack(stage))
         return b"".join(parts)
 
@@ -251,6 +259,21 @@ _CODES: dict[TraceOutcome | None, int] = {
     TraceOutcome.UNRESOLVED: 3,
 }
 _OUTCOMES = {code: outcome for outcome, code in _CODES.items()}
+
+
+_TOPIC_ENTRIES: dict[tuple[str, ...], bytes] = {}
+
+
+def _topics_entry(topics: tuple[str, ...]) -> bytes:
+    """The packed topic list (count, then each length-prefixed), cached: a judge's states name
+    the few topics of its routes."""
+    entry = _TOPIC_ENTRIES.get(topics)
+    if entry is None:
+        encoded = [topic.encode() for topic in topics]
+        entry = _H.pack(len(topics)) + b"".join(_H.pack(len(e)) + e for e in encoded)
+        if len(_TOPIC_ENTRIES) < 1024:
+            _TOPIC_ENTRIES[topics] = entry
+    return entry
 
 
 def _outcome_of(code: int, what: str) -> TraceOutcome | None:
@@ -453,6 +476,23 @@ class TraceJudge:
         # Resolved traces with a new copy to report (dicts as ordered sets).
         self._attention: dict[TraceKey, None] = {}
         self._changed: dict[TraceKey, None] = {}
+        # What `judge` looks at: an open trace only when something it depends on may have
+        # changed, not every open trace on every call. Its verdict depends on its state (looked
+        # at after every observation: `_dirty`), on time (the earliest `now_ms` at which a
+        # verdict falls due: `_deadlines`), and, while its group has not committed past it, on
+        # the committed offsets (a record of it the group has not passed: `_waits`).
+        self._dirty: dict[TraceKey, None] = {}
+        # Per open trace, the order it was opened in: traces are looked at in that order.
+        self._opened: dict[TraceKey, int] = {}
+        self._next_opened = 0
+        # Heap of (due ms, opened, key); `_due` holds each trace's current one, others are stale.
+        self._deadlines: list[tuple[int, int, TraceKey]] = []
+        self._due: dict[TraceKey, int] = {}
+        # (group, topic, partition) -> heap of (record offset, opened, key); `_waiting` holds
+        # each trace's current one.
+        self._waits: dict[tuple[str, str, int], list[tuple[int, int, TraceKey]]] = {}
+        self._waiting: dict[TraceKey, tuple[tuple[str, str, int], int]] = {}
+        self._stale_waits = 0
 
     def _committed_offset(self, group: str, topic: str, partition: int) -> int | None:
         return self._committed.get((group, topic, partition))
@@ -480,11 +520,17 @@ class TraceJudge:
             state = self._resolved.get(key)
         if state is None:
             state = self._open[key] = TraceState(now_ms, obs.origin_ms)
+            self._opened_now(key)
         elif where in state.observations.get(stage, ()):
             return False
-        progress = not state.observations or stage > state.highest_stage
-        state.observations.setdefault(stage, {})[where] = (obs.timestamp_ms, now_ms)
-        if progress:
+        observations = state.observations
+        progress = not observations or stage > max(observations)
+        records = observations.get(stage)
+        if records is None:
+            observations[stage] = {where: (obs.timestamp_ms, now_ms)}
+        else:
+            records[where] = (obs.timestamp_ms, now_ms)
+        if progress and state.committed_since_ms:
             # The grace clocks of stages it has moved past no longer matter.
             for passed in [s for s in state.committed_since_ms if s < stage]:
                 del state.committed_since_ms[passed]
@@ -495,11 +541,19 @@ class TraceJudge:
                 state.first_seen_ms = now_ms
                 del self._resolved[key]
                 self._open[key] = state
+                self._opened_now(key)
                 self._attention.pop(key, None)
             elif state.unreported_duplicates():
                 self._attention[key] = None
+        if state.resolved is None:
+            self._dirty[key] = None
         self._changed[key] = None
         return True
+
+    def _opened_now(self, key: TraceKey) -> None:
+        self._opened[key] = self._next_opened
+        self._next_opened += 1
+        self._dirty[key] = None
 
     def _misfit(self, obs: Observation) -> ObservationError:
         what = f"observation {_text((obs.topic, obs.partition, obs.offset))} of trace {obs.trace_id.hex()}"
@@ -520,6 +574,16 @@ class TraceJudge:
         # Monotonic: an offset reset backwards replays records, it does not lose them.
         if offset > self._committed.get(key, -1):
             self._committed[key] = offset
+            waits = self._waits.get(key)
+            while waits and waits[0][0] < offset:
+                record_offset, _, trace = heapq.heappop(waits)
+                if self._waiting.get(trace) == (key, record_offset):
+                    del self._waiting[trace]
+                    self._dirty[trace] = None
+                else:
+                    self._stale_waits -= 1
+            if waits == []:
+                del self._waits[key]
 
     def judge(self, now_ms: int) -> list[TraceVerdict]:
         """The verdicts due at `now_ms`, ordered by route and trace id."""
@@ -529,17 +593,99 @@ class TraceJudge:
             if state is not None:
                 verdicts.extend(self._report_duplicates(key, state))
         self._attention.clear()
-        for key, state in list(self._open.items()):
+        # Every open trace a full walk would give a verdict or change: those observed or
+        # loaded since the last call, those due, those the group may have committed past.
+        # The others' verdicts and states stay as they are until one of those happens.
+        looked_at, self._dirty = self._dirty, {}
+        deadlines, due = self._deadlines, self._due
+        while deadlines and deadlines[0][0] <= now_ms:
+            when, _, key = heapq.heappop(deadlines)
+            if due.get(key) == when:
+                del due[key]
+                looked_at[key] = None
+        opened = self._opened
+        keys = [key for key in looked_at if key in opened]
+        if len(keys) > 1:
+            keys.sort(key=opened.__getitem__)  # the order of a walk over the open traces
+        for key in keys:
+            state = self._open[key]
             verdicts.extend(self._report_duplicates(key, state))
             verdict = self._terminal(key, state, now_ms)
             if verdict is not None:
                 verdicts.append(verdict)
                 self._resolve(key, state, verdict.outcome, now_ms)
+            else:
+                self._schedule(key, state)
         self._evict()
         verdicts.sort(key=lambda verdict: (verdict.route, verdict.trace_id))
         return verdicts
 
+    def _schedule(self, key: TraceKey, state: TraceState) -> None:
+        """When an open trace just looked at, without a verdict, needs looking at again: the
+        earliest time a verdict falls due, and, while its hop's group has not committed past
+        it, the first of its records that group has yet to pass (committed offsets only grow,
+        so nothing else changes until then or until it is observed again)."""
+        route = self._routes[key[0]]
+        stage = max(state.observations)
+        when = state.first_seen_ms + self.max_wait_ms
+        wait = None
+        if stage == route.last_stage:
+            when = min(when, state.arrived_ms(stage) + self.grace_ms)
+        else:
+            since = state.committed_since_ms.get(stage)
+            if since is not None:
+                when = min(when, since + self.grace_ms)
+            else:
+                group = route.hops[stage].group
+                committed = self._committed
+                for topic, partition, offset in state.observations[stage]:
+                    position = committed.get((group, topic, partition))
+                    if position is None or position <= offset:
+                        wait = ((group, topic, partition), offset)
+                        break
+        waiting = self._waiting.get(key)
+        if waiting != wait:
+            if waiting is not None:
+                del self._waiting[key]
+                self._stale_waits += 1
+            if wait is not None:
+                self._wait(key, *wait)
+        due = self._due
+        if due.get(key) != when:
+            due[key] = when
+            heapq.heappush(self._deadlines, (when, self._opened[key], key))
+            if len(self._deadlines) > 2 * len(self._due) + 1024:
+                # Mostly entries of traces resolved or rescheduled since: keep the current ones.
+                self._deadlines = [(when, self._opened[k], k) for k, when in self._due.items()]
+                heapq.heapify(self._deadlines)
+
+    def _wait(self, key: TraceKey, where: tuple[str, str, int], offset: int) -> None:
+        self._waiting[key] = (where, offset)
+        waits = self._waits.get(where)
+        if waits is None:
+            waits = self._waits[where] = []
+        heapq.heappush(waits, (offset, self._opened[key], key))
+        if self._stale_waits > len(self._waiting) + 1024:
+            self._waits = {}
+            for trace, (position, record_offset) in self._waiting.items():
+                self._waits.setdefault(position, []).append((record_offset, self._opened[trace], trace))
+            for waits in self._waits.values():
+                heapq.heapify(waits)
+            self._stale_waits = 0
+
+    def _closed(self, key: TraceKey) -> None:
+        """An open trace resolved or forgotten: what `judge` kept to look at it again goes."""
+        del self._opened[key]
+        self._due.pop(key, None)
+        if self._waiting.pop(key, None) is not None:
+            self._stale_waits += 1
+
     def _report_duplicates(self, key: TraceKey, state: TraceState) -> list[TraceVerdict]:
+        for records in state.observations.values():
+            if len(records) > 1:
+                break
+        else:
+            return []  # no copies at all: what most traces look like
         stages = state.unreported_duplicates()
         if not stages:
             return []
@@ -577,6 +723,7 @@ class TraceJudge:
     def _resolve(self, key: TraceKey, state: TraceState, outcome: TraceOutcome, now_ms: int) -> None:
         state.resolved, state.resolved_ms = outcome, now_ms
         del self._open[key]
+        self._closed(key)
         self._resolved[key] = state
         heapq.heappush(self._eviction, (now_ms, key[0], key[1]))
         self._changed[key] = None
@@ -617,6 +764,7 @@ class TraceJudge:
         self._changed.pop(key, None)
         if state.resolved is None:
             self._open[key] = state
+            self._opened_now(key)
             return
         self._resolved[key] = state
         heapq.heappush(self._eviction, (state.resolved_ms or 0, route, trace_id))
@@ -627,7 +775,11 @@ class TraceJudge:
     def forget(self, route: str, trace_id: bytes) -> None:
         """Drop a trace's state, open or resolved."""
         key = (route, trace_id)
-        removed = self._open.pop(key, None) or self._resolved.pop(key, None)
+        removed = self._open.pop(key, None)
+        if removed is not None:
+            self._closed(key)
+        else:
+            removed = self._resolved.pop(key, None)
         self._attention.pop(key, None)
         if removed is not None:
             self._changed[key] = None

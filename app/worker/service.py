@@ -44,7 +44,7 @@ from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
 from kdiv.state.values import StateValues
 from kdiv.trace.routes import validate_routes
-from kdiv.worker.audit import PipelineAudit
+from kdiv.worker.audit import PipelineAudit, observations_by_partition
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
@@ -54,8 +54,9 @@ from kdiv.worker.faustcompat.internals import (
     recovery_status,
     restored_partitions,
     send_in_batches,
+    topic_partitions,
 )
-from kdiv.worker.faustcompat.tables import writing_in_partition
+from kdiv.worker.faustcompat.tables import write_partition, writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url, cap_next_seek, restart_from_beginning
 from kdiv.worker.incidents import (
     FaultRunLog,
@@ -728,9 +729,10 @@ class ValidationWorker:
         acks += await self._send_observations(partitions)
         await self._send_incidents(incidents)
         await asyncio.gather(*acks)
+        trace_acks: list[asyncio.Future] = []
         for topic, partition in partitions:
             if topic == self.settings.observations:
-                self._write_traces(partition)
+                trace_acks += await self._write_traces(partition)
                 continue
             writes = self.live.take_writes(topic, partition)
             with writing_in_partition(topic, partition):
@@ -743,30 +745,35 @@ class ValidationWorker:
                     else:
                         table[key] = state
             self.stats.state_writes += 1
+        # The traces table's changelog is sent outside Faust's producer buffer: awaited here,
+        # like the observations, so a failed write fails the flush before anything commits.
+        await asyncio.gather(*trace_acks)
 
-    async def _send_observations(self, partitions: Sequence[tuple[str, int]]) -> list[Awaitable[object]]:
-        """Hand the observations of `partitions`' traced records to the producer; their acks."""
+    async def _send_observations(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Future]:
+        """Hand the observations of `partitions`' traced records to the producer, in whole
+        batches per observations partition; their acks."""
         audit = self.audit
         if audit is None:
             return []
-        acks: list[Awaitable[object]] = []
-        producer = self.app.producer
-        for topic, partition in partitions:
-            for key, value in audit.take_observations(topic, partition):
-                acks.append(await producer.send(self.settings.observations, key, value, None, None, None))
+        records = [record for tp in partitions for record in audit.take_observations(*tp)]
+        if not records:
+            return []
+        topic = self.settings.observations
+        acks: list[asyncio.Future] = []
+        by_partition = observations_by_partition(records, await topic_partitions(self.app, topic))
+        for partition, batch in sorted(by_partition.items()):
+            acks += await send_in_batches(self.app, topic, partition, batch)
         return acks
 
-    def _write_traces(self, partition: int) -> None:
+    async def _write_traces(self, partition: int) -> list[asyncio.Future]:
+        """The changed trace states of one observations partition into the `traces` table;
+        the acks of their changelog records."""
         changes = cast(PipelineAudit, self.audit).take_changes(partition)
         if not changes:
-            return
-        with writing_in_partition(self.settings.observations, partition):
-            for key, state in changes:
-                if state is None:
-                    self.trace_table.pop(key, None)
-                else:
-                    self.trace_table[key] = state
+            return []
+        acks = await write_partition(self.app, self.trace_table, self.settings.observations, partition, changes)
         self.stats.state_writes += 1
+        return acks
 
     # -- incidents, for the views ------------------------------------------------------------
 

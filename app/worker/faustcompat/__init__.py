@@ -2,7 +2,8 @@
 
 Everything here names what Faust does that kdiv corrects or needs: exact end offsets and
 exact seeks after assignment (`transport`), the watched topics' records in whole batches
-(`batches`, taken from aiokafka in bulk by `parsed`), table writes outside a stream (`tables`), and reads of recovery and assignment
+(`batches`, taken from aiokafka in bulk by `parsed`), table writes outside a stream, key by key or in
+whole batches (`tables`), and reads of recovery and assignment
 state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
 aiokafka names are listed in `PRIVATE_NAMES` too, so one test checks them all.
@@ -77,6 +78,12 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.transport.drivers.aiokafka:Consumer._getmany", ("self", "active_partitions", "timeout"), "seek count"),
     ("faust.transport.drivers.aiokafka:Consumer._new_consumer_thread", ("self",), "kdiv's consumer thread"),
     ("faust.streams:_current_event", None, "the partition of a table write outside a stream"),
+    ("faust.stores.rocksdb:Store._db_for_partition", ("self", "partition"), "table writes in one RocksDB write batch"),
+    (
+        "faust.stores.rocksdb:Store.set_persisted_offset",
+        ("self", "tp", "offset"),
+        "batched table writes: the changelog offset recovery restores after, as Faust's own ack callback",
+    ),
     ("faust.tables.recovery:Recovery.active_highwaters", None, "restore progress"),
     ("faust.tables.recovery:Recovery.actives_for_table", None, "what a table restored"),
     ("faust.tables.recovery:Recovery.in_recovery", None, "health"),

@@ -52,15 +52,31 @@ async def send_in_batches(
 
     One `send` per record costs a future and a queue step each, more than the record's
     validation; a batch builder appends in C."""
+    return [future for future, _ in await send_counted_batches(app, topic, partition, records)]
+
+
+async def send_counted_batches(
+    app: Any, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
+) -> list[tuple[asyncio.Future, int]]:
+    """`send_in_batches`, with each batch's record count: a batch's future resolves to the
+    metadata of its first record, so its last record's offset is that offset + count - 1."""
     producer = app.producer._ensure_producer()
-    futures = []
+    sent = []
     batch = producer.create_batch()
     for key, value in records:
         if batch.append(key=key, value=value, timestamp=None) is None:
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
+            count = batch.record_count()
+            sent.append((await producer.send_batch(batch, topic, partition=partition), count))
             batch = producer.create_batch()
             if batch.append(key=key, value=value, timestamp=None) is None:
                 raise ValueError(f"a record for {topic}[{partition}] is larger than a whole batch (key {key[:80]!r})")
-    if batch.record_count():
-        futures.append(await producer.send_batch(batch, topic, partition=partition))
-    return futures
+    count = batch.record_count()
+    if count:
+        sent.append((await producer.send_batch(batch, topic, partition=partition), count))
+    return sent
+
+
+async def topic_partitions(app: Any, topic: str) -> list[int]:
+    """The partitions of `topic` as Faust's aiokafka producer knows them (what a keyed send
+    without a partition hashes over), in order; waits for its metadata like a send."""
+    return sorted(await app.producer._ensure_producer().partitions_for(topic))

@@ -4,16 +4,25 @@ Faust's Table and its RocksDB store take the partition of a write (changelog par
 store) from the stream's current event (`faust.streams._current_event`). The worker writes
 after validating whole fetched batches, without events, so it sets a stand-in carrying only
 what they read of it: the source message's topic, partition and timestamp.
+
+`write_partition` writes many keys of one partition at once, as Faust's per-key writes
+would leave the store, the changelog and the persisted offset, in whole batches.
 """
 
 from __future__ import annotations
 
+import asyncio
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, cast
 
+import rocksdict
+from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import _current_event
 from faust.types import TP
+
+from kdiv.worker.faustcompat.internals import send_counted_batches
 
 
 class _Message:
@@ -43,3 +52,82 @@ def writing_in_partition(topic: str, partition: int) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
+
+
+async def write_partition(
+    app: Any, table: Any, source_topic: str, partition: int, changes: Sequence[tuple[bytes, bytes | None]]
+) -> list[asyncio.Future]:
+    """Write `changes` (key, value; None deletes) to one partition of a plain table with raw
+    keys and values, as `table[key] = value` and `table.pop(key, None)` under
+    `writing_in_partition(source_topic, partition)` would, one after the other; the futures
+    of the changelog batches, to await before the source offsets commit.
+
+    Faust's per-key write is a RocksDB put, a changelog send through its producer buffer and,
+    per acknowledged record, a RocksDB write of the persisted offset: several times the cost
+    of the audit's own work per trace. Here: one RocksDB write batch, the changelog records
+    appended to aiokafka record batches (`send_counted_batches`), and per acknowledged batch
+    the persisted offset of its last record, which recovery restores after. Faust's key index
+    (a cache of key -> partition for reads outside a stream) is not fed: such a read looks in
+    every partition instead. Deleting an absent key writes nothing, as in Faust.
+
+    Under exactly_once the changelog records belong to the source partition's transaction,
+    which only Faust's producer joins: the writes then go through Faust, key by key, as they
+    do for a store other than rocksdict's RocksDB.
+    """
+    if not changes:
+        return []
+    store = table.data
+    if table.key_serializer != "raw" or table.value_serializer != "raw" or table.window is not None:
+        raise TypeError(f"table {table.name}: batched writes are for plain tables of raw keys and values")
+    db = None if app.in_transaction or not isinstance(store, RocksDBStore) else store._db_for_partition(partition)
+    if not isinstance(db, rocksdict.Rdict):
+        with writing_in_partition(source_topic, partition):
+            for key, value in changes:
+                if value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+        return []
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    deleted = [key for key, value in changes if value is None]
+    records: Sequence[tuple[bytes, bytes | None]] = changes
+    if not deleted:
+        put = batch.put
+        for key, value in changes:
+            put(key, value)
+    else:
+        # Whether each deleted key is in the store at its turn: Faust's pop sends no
+        # tombstone for an absent key.
+        found = cast("list[bytes | None]", db.get(cast(Any, deleted)))  # one multi-get
+        present = {key: value is not None for key, value in zip(deleted, found, strict=True)}
+        records = []
+        for key, value in changes:
+            if value is None:
+                if not present[key]:
+                    continue
+                batch.delete(key)
+                present[key] = False
+            else:
+                batch.put(key, value)
+                if key in present:
+                    present[key] = True
+            records.append((key, value))
+        if not records:
+            return []
+    # The store first: a changelog record acknowledged but not in the store would be skipped
+    # by the next recovery, which starts after the persisted offset.
+    db.write(batch)
+    tp = TP(table.changelog_topic.get_topic_name(), partition)
+    sent = await send_counted_batches(app, tp.topic, partition, records)
+    for future, count in sent:
+        future.add_done_callback(_persist_offset(store, tp, count))
+    return [future for future, _ in sent]
+
+
+def _persist_offset(store: Any, tp: TP, count: int) -> Any:
+    def persist(future: asyncio.Future) -> None:
+        # A failed batch persists nothing: the caller awaits the future and sees the error.
+        if not future.cancelled() and future.exception() is None:
+            store.set_persisted_offset(tp, future.result().offset + count - 1)
+
+    return persist
