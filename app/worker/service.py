@@ -56,7 +56,7 @@ from kdiv.worker.faustcompat.internals import (
     send_in_batches,
     topic_partitions,
 )
-from kdiv.worker.faustcompat.tables import write_partition, writing_in_partition
+from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url, cap_next_seek, restart_from_beginning
 from kdiv.worker.incidents import (
     FaultRunLog,
@@ -232,7 +232,7 @@ class ValidationWorker:
             return
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.settings.observations}
         for partition in sorted(assigned - audit.judges.keys()):
-            loaded = audit.load(partition, self.trace_table.items())
+            loaded = audit.load(partition, partition_items(self.trace_table, partition))
             log.info("pipeline audit: %d open traces loaded for observations partition %d", loaded, partition)
 
     def _hop_inputs(self) -> dict[str, list[TopicPartition]]:
@@ -605,7 +605,7 @@ class ValidationWorker:
             if audit is not None:
                 if topic == self.settings.observations:
                     if partition not in audit.judges:
-                        audit.load(partition, self.trace_table.items())
+                        audit.load(partition, partition_items(self.trace_table, partition))
                     audit.receive(partition, records, now)
                     self._unflushed.add(key)
                     continue

@@ -13,7 +13,7 @@ from faust.types import TP
 
 from kdiv.kafka.consume import read_snapshot
 from kdiv.worker.faustcompat.internals import hand_over_table_writes
-from kdiv.worker.faustcompat.tables import write_partition, writing_in_partition
+from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url
 
 PARTITIONS = 2
@@ -100,6 +100,8 @@ async def test_batched_writes_leave_what_per_key_writes_leave(bootstrap, broker_
         for store in stores:
             del store[per_key.data.offset_key]
         assert stores[1] == stores[0]
+        # Read back as the worker loads an assigned partition: that partition alone.
+        assert dict(partition_items(batched, partition)) == stores[1]
         assert b"fresh" not in stores[1] and b"k00002" not in stores[1]
         if partition == 0:
             assert stores[1][b"k00004"] == b"back" and stores[1][b"k00000"] == b"again"

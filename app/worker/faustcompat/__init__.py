@@ -78,7 +78,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.transport.drivers.aiokafka:Consumer._getmany", ("self", "active_partitions", "timeout"), "seek count"),
     ("faust.transport.drivers.aiokafka:Consumer._new_consumer_thread", ("self",), "kdiv's consumer thread"),
     ("faust.streams:_current_event", None, "the partition of a table write outside a stream"),
-    ("faust.stores.rocksdb:Store._db_for_partition", ("self", "partition"), "table writes in one RocksDB write batch"),
+    (
+        "faust.stores.rocksdb:Store._db_for_partition",
+        ("self", "partition"),
+        "table writes in one RocksDB write batch; one partition's items read alone",
+    ),
     (
         "faust.stores.rocksdb:Store.set_persisted_offset",
         ("self", "tp", "offset"),

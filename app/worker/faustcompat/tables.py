@@ -124,6 +124,20 @@ async def write_partition(
     return [future for future, _ in sent]
 
 
+def partition_items(table: Any, partition: int) -> Iterator[tuple[bytes, bytes]]:
+    """The (key, value) items of one partition of a plain raw table: that partition's RocksDB
+    alone, where `table.items()` reads every partition's."""
+    store = table.data
+    db = store._db_for_partition(partition) if isinstance(store, RocksDBStore) else None
+    if not isinstance(db, rocksdict.Rdict):
+        yield from table.items()  # the caller filters by partition
+        return
+    offset_key = store.offset_key  # Faust's own entry, not the table's
+    for key, value in db.items():
+        if key != offset_key:
+            yield key, value
+
+
 def _persist_offset(store: Any, tp: TP, count: int) -> Any:
     def persist(future: asyncio.Future) -> None:
         # A failed batch persists nothing: the caller awaits the future and sees the error.
