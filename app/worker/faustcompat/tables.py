@@ -135,7 +135,7 @@ def partition_items(table: Any, partition: int) -> Iterator[tuple[bytes, bytes]]
     offset_key = store.offset_key  # Faust's own entry, not the table's
     for key, value in db.items():
         if key != offset_key:
-            yield key, value
+            yield cast(bytes, key), value  # a raw-mode store: bytes keys
 
 
 def _persist_offset(store: Any, tp: TP, count: int) -> Any:
