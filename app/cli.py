@@ -76,6 +76,22 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
         raise click.ClickException(f"Kafka at {bootstrap}: {failure_text(failed)}") from None
 
 
+duration_option = click.option(
+    "--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever)."
+)
+
+
+def replication_factor_option(what: str):
+    return click.option(
+        "--replication-factor",
+        envvar="KDIV_REPLICATION_FACTOR",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help=f"Replication of {what} if it is created (env KDIV_REPLICATION_FACTOR).",
+    )
+
+
 def semantics_options(command):
     """--semantics and --seq-window, for the commands that validate."""
     command = click.option(
@@ -356,17 +372,8 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str, semantics: 
     show_default=True,
     help="Seconds between injected faults (loss, duplicate, corruption, reordering, unregistered, push failure).",
 )
-@click.option(
-    "--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever)."
-)
-@click.option(
-    "--replication-factor",
-    envvar="KDIV_REPLICATION_FACTOR",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Replication of the topic if it is created (env KDIV_REPLICATION_FACTOR).",
-)
+@duration_option
+@replication_factor_option("the topic")
 @click.option("--writers", type=click.IntRange(min=1), default=3, show_default=True, help="Producers (GUIDs) at once.")
 @click.option(
     "--restart-every",
@@ -470,18 +477,9 @@ def _sampling(value: str | None) -> str | None:
     show_default=True,
     help="Seconds between restarts of the oldest processor (a rebalance; 0: never).",
 )
-@click.option(
-    "--duration", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Seconds to run (0: forever)."
-)
+@duration_option
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True, help="Of SINK, if created.")
-@click.option(
-    "--replication-factor",
-    envvar="KDIV_REPLICATION_FACTOR",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Replication of SINK if it is created (env KDIV_REPLICATION_FACTOR).",
-)
+@replication_factor_option("SINK")
 def processor(
     source: str,
     sink: str,
