@@ -739,9 +739,12 @@ class TraceJudge:
             self._attention.pop(key, None)
             self._changed[key] = None
 
-    def open_traces(self) -> int:
-        """Traces awaiting a verdict (resolved ones remembered are not counted)."""
-        return len(self._open)
+    def open_traces(self, route: str | None = None) -> int:
+        """Traces awaiting a verdict, of `route` or of every route (resolved ones remembered
+        are not counted)."""
+        if route is None:
+            return len(self._open)
+        return sum(1 for name, _ in self._open if name == route)
 
     def states(self) -> Mapping[tuple[str, bytes], TraceState]:
         """Every state held, open and resolved, keyed by (route, trace id): the judge's own objects."""

@@ -337,8 +337,8 @@ class PipelineAudit:
                     hop_stats = self.hops[(verdict.route, hop)] = HopStats()
                 hop_stats.add_latency(latency)
 
-    def open_traces(self) -> int:
-        return sum(judge.open_traces() for judge in self.judges.values())
+    def open_traces(self, route: str | None = None) -> int:
+        return sum(judge.open_traces(route) for judge in self.judges.values())
 
 
 def _split_state_key(key: bytes) -> tuple[str, bytes]:

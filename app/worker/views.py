@@ -578,7 +578,7 @@ def route_hop_items(worker) -> list[dict]:
                     "outcomes": outcomes,
                     "latency_buckets": list(stats.latency_buckets) if stats else [],
                     "latency_sum_ms": stats.latency_sum_ms if stats else 0,
-                    "open_traces": audit.open_traces() if hop_index == 0 else 0,
+                    "open_traces": audit.open_traces(route.name) if hop_index == 0 else 0,
                 }
             )
     return items
@@ -603,14 +603,12 @@ def routes_summary(worker, gathered: dict) -> dict:
         into["open"] += item["open_traces"]
     sampling = SamplingSpec.parse(audit.settings.sampling_text) if audit is not None else None
     for route in audit.routes if audit is not None else ():
+        per_hop = [merged.get((route.name, index), {}) for index in range(len(route.hops))]
+        delivered = sum(counts.get("outcomes", {}).get("DELIVERED", 0) for counts in per_hop)
         hops = []
-        for index, hop in enumerate(route.hops):
-            counts = merged.get((route.name, index), {})
+        for index, (hop, counts) in enumerate(zip(route.hops, per_hop, strict=True)):
             outcomes = counts.get("outcomes", {})
             lost, duplicated = outcomes.get("LOST", 0), outcomes.get("DUPLICATED", 0)
-            delivered = sum(
-                merged.get((route.name, i), {}).get("outcomes", {}).get("DELIVERED", 0) for i in range(len(route.hops))
-            )
             judged = delivered + lost
             latency_count = counts.get("latency_count", 0)
             hops.append(
@@ -636,11 +634,8 @@ def routes_summary(worker, gathered: dict) -> dict:
             {
                 "route": route.name,
                 "hops": hops,
-                "delivered": sum(
-                    merged.get((route.name, i), {}).get("outcomes", {}).get("DELIVERED", 0)
-                    for i in range(len(route.hops))
-                ),
-                "open_traces": sum(merged.get((route.name, i), {}).get("open", 0) for i in range(len(route.hops))),
+                "delivered": delivered,
+                "open_traces": sum(counts.get("open", 0) for counts in per_hop),
                 "sampling_rate": rate,
                 "note": (
                     "counts are of traced records only: writers trace a sample, so rates are estimates at the "

@@ -493,3 +493,11 @@ def test_judge_at_rest_exact_sets():
 def test_judge_at_rest_refuses_unknown_routes():
     with pytest.raises(ObservationError, match="route 'other'"):
         judge_at_rest(ROUTES, [Observation(A, "other", 0, "orders", 0, 1, 1, 1)], {})
+
+
+def test_open_traces_are_counted_per_route():
+    routes = parse_routes("flow=orders>enricher>enriched;short=orders>shipper>shipped")
+    judge = TraceJudge(routes, grace_ms=GRACE, max_wait_ms=MAX_WAIT)
+    for trace_id, route in ((A, "flow"), (B, "flow"), (C, "short")):
+        judge.observe(Observation(trace_id, route, 0, "orders", 0, 1, 10_010, ORIGIN), 0)
+    assert (judge.open_traces("flow"), judge.open_traces("short"), judge.open_traces()) == (2, 1, 3)
