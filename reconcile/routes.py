@@ -124,16 +124,6 @@ class CommittedOffsets:
             raise ValueError(f"{where}: not saved committed offsets: {bad}") from None
 
 
-def hop_inputs(routes: Sequence[Route], partitions: Mapping[str, int]) -> dict[str, list[tuple[str, int]]]:
-    """Per hop group, the (topic, partition)s its hops read; `partitions`: topic -> partition count."""
-    inputs: dict[str, set[tuple[str, int]]] = {}
-    for route in routes:
-        for hop in route.hops:
-            for topic in hop.sources:
-                inputs.setdefault(hop.group, set()).update((topic, p) for p in range(partitions.get(topic, 0)))
-    return {group: sorted(tps) for group, tps in sorted(inputs.items())}
-
-
 async def fetch_committed(
     bootstrap: str,
     routes: Sequence[Route],
@@ -146,10 +136,10 @@ async def fetch_committed(
 
     The partitions are named: a whole-group OffsetFetch is more than some brokers answer
     (Tansu). A group the cluster does not list has committed nothing: its traces are pending."""
-    from aiokafka import TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
     from kdiv.config.security import PLAINTEXT
+    from kdiv.kafka.committed import read_committed
 
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap,
@@ -158,22 +148,12 @@ async def fetch_committed(
     )
     await admin.start()
     try:
-        listed = {g[0] for g in await admin.list_consumer_groups()}
-        wanted = hop_inputs(routes, partitions)
-        offsets: dict[tuple[str, str, int], int] = {}
-        for group, inputs in wanted.items():
-            if group not in listed or not inputs:
-                continue
-            found = await admin.list_consumer_group_offsets(
-                group, partitions=[TopicPartition(topic, p) for topic, p in inputs]
-            )
-            for tp, meta in found.items():
-                if meta.offset >= 0:
-                    offsets[(group, tp.topic, tp.partition)] = meta.offset
+        listed, offsets = await read_committed(admin, routes, partitions)
         taken_at_ms = clock_ms()
     finally:
         await admin.close()
-    return CommittedOffsets(taken_at_ms, offsets, frozenset(listed & set(wanted)))
+    hop_groups = {hop.group for route in routes for hop in route.hops}
+    return CommittedOffsets(taken_at_ms, offsets, listed & hop_groups)
 
 
 # -- reading: records and files to the executors' input ------------------------------------------

@@ -35,6 +35,7 @@ from kdiv.config.settings import Settings
 from kdiv.div.record import FetchedRecord, consumed
 from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
+from kdiv.kafka.committed import read_committed
 from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.kafka.topicids import TopicIds
@@ -235,19 +236,6 @@ class ValidationWorker:
             loaded = audit.load(partition, partition_items(self.trace_table, partition))
             log.info("pipeline audit: %d open traces loaded for observations partition %d", loaded, partition)
 
-    def _hop_inputs(self) -> dict[str, list[TopicPartition]]:
-        """Per route group, the partitions of the topics its hops read."""
-        inputs: dict[str, set[TopicPartition]] = {}
-        for route in cast(PipelineAudit, self.audit).routes:
-            for hop in route.hops:
-                for topic in hop.sources:
-                    watched = self.cluster.topic(topic)
-                    if watched is not None:
-                        inputs.setdefault(hop.group, set()).update(
-                            TopicPartition(topic, p) for p in range(watched.partitions)
-                        )
-        return {group: sorted(tps) for group, tps in inputs.items()}
-
     async def poll_committed_offsets(self) -> None:
         """The route groups' committed offsets, polled: the judges' evidence of loss."""
         audit = self.audit
@@ -263,22 +251,13 @@ class ValidationWorker:
         try:
             while True:
                 try:
-                    groups = {g[0] for g in await admin.list_consumer_groups()}
-                    audit.known_groups = frozenset(groups)
+                    partitions = {t.name: t.partitions for t in self.cluster.topics}
+                    groups, offsets = await read_committed(admin, audit.routes, partitions)
+                    audit.known_groups = groups
                     unknown = set(validate_routes(audit.routes, self.settings.audit.route_topics(), groups))
                     for problem in sorted(unknown - reported):
                         log.warning("pipeline audit: %s; its traces wait (lag, not loss) until it commits", problem)
                     reported = unknown
-                    offsets = {}
-                    for group, inputs in sorted(self._hop_inputs().items()):
-                        if group not in groups:
-                            continue
-                        # The hop's input partitions, named: what the judges need, and all a
-                        # broker must answer (Tansu cannot answer for a whole group).
-                        found = await admin.list_consumer_group_offsets(group, partitions=inputs)
-                        for tp, meta in found.items():
-                            if meta.offset >= 0:
-                                offsets[(group, tp.topic, tp.partition)] = meta.offset
                     audit.note_committed(offsets)
                 except KafkaError as failed:
                     log.warning("pipeline audit: committed offsets not read: %s", failed)
