@@ -44,22 +44,21 @@ LATENCY_BUCKETS_MS = (10, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000
 
 
 def encode_observation(observation: Observation) -> bytes:
-    route = observation.route.encode()
-    topic = observation.topic.encode()
-    return (
-        _FIXED.pack(
-            _OBSERVATION_VERSION,
-            observation.stage,
-            observation.partition,
-            observation.offset,
-            observation.timestamp_ms,
-            observation.origin_ms,
-            observation.trace_id,
-        )
-        + struct.pack(">H", len(route))
-        + route
-        + topic
-    )
+    return _FIXED.pack(
+        _OBSERVATION_VERSION,
+        observation.stage,
+        observation.partition,
+        observation.offset,
+        observation.timestamp_ms,
+        observation.origin_ms,
+        observation.trace_id,
+    ) + _observation_tail(observation.route, observation.topic)
+
+
+def _observation_tail(route: str, topic: str) -> bytes:
+    """What follows the fixed fields: the route's name (length-prefixed), then the topic's."""
+    name = route.encode()
+    return struct.pack(">H", len(name)) + name + topic.encode()
 
 
 def decode_observation(raw: bytes) -> Observation:
@@ -180,10 +179,6 @@ class PipelineAudit:
         self.header_errors = 0
         self.bad_observations = 0
 
-    @property
-    def groups(self) -> frozenset[str]:
-        return frozenset(hop.group for route in self.routes for hop in route.hops)
-
     def is_route_topic(self, topic: str) -> bool:
         return topic in self._stages
 
@@ -224,8 +219,8 @@ class PipelineAudit:
         if encoded is None:
             encoded = self._encoded[topic] = []
             for route, stage in self._stages[topic]:
-                name = route.encode()
-                encoded.append((route, stage, name + b"\x00", struct.pack(">H", len(name)) + name + topic.encode()))
+                key_prefix = state_key(route, bytes(TRACE_ID_SIZE))[:-TRACE_ID_SIZE]
+                encoded.append((route, stage, key_prefix, _observation_tail(route, topic)))
         return encoded
 
     def take_observations(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
