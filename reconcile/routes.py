@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,7 @@ from kdiv.clock import wall_clock_ms
 from kdiv.reconcile.findings import COPY_TYPE, ROUTE_REPORT_FIELDS
 from kdiv.trace.header import TRACE_HEADER, TraceHeaderError, TraceStamp, decode_trace, find_trace
 from kdiv.trace.judge import PENDING, Observation, TraceOutcome, TraceVerdict, judge_at_rest
-from kdiv.trace.routes import FileSink, Route
+from kdiv.trace.routes import FileSink, Route, stage_map
 
 if TYPE_CHECKING:
     from kdiv.config.security import KafkaSecurity
@@ -559,16 +559,6 @@ class RoutesCheck:
 
     findings: DataFrame
     summary: dict[str, Any]
-
-
-def stage_map(routes: Iterable[Route]) -> dict[str, tuple[tuple[str, int], ...]]:
-    """Topic or file sink name -> the (route, stage)s it is."""
-    stages: dict[str, list[tuple[str, int]]] = {}
-    for route in routes:
-        for index, stage in enumerate(route.stages):
-            for name in stage:
-                stages.setdefault(name, []).append((route.name, index))
-    return {name: tuple(pairs) for name, pairs in stages.items()}
 
 
 def check_routes(

@@ -19,7 +19,7 @@ topic appears once in a route, so a topic tells its stage.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -245,6 +245,17 @@ def _parse_route(entry: str) -> Route:
         stages.append(topics)
     hops = tuple(Hop(stages[index], group, stages[index + 1]) for index, group in enumerate(groups))
     return Route(name, hops)
+
+
+def stage_map(routes: Iterable[Route]) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Topic (or file sink) name -> the (route, stage)s it is: what an observer of its records
+    reports them as."""
+    stages: dict[str, list[tuple[str, int]]] = {}
+    for route in routes:
+        for index, stage in enumerate(route.stages):
+            for name in stage:
+                stages.setdefault(name, []).append((route.name, index))
+    return {name: tuple(pairs) for name, pairs in stages.items()}
 
 
 def validate_routes(

@@ -32,7 +32,7 @@ from kdiv.trace.judge import (
     TraceVerdict,
     state_key,
 )
-from kdiv.trace.routes import Route
+from kdiv.trace.routes import Route, stage_map
 
 log = logging.getLogger("kdiv.worker.audit")
 
@@ -162,12 +162,7 @@ class PipelineAudit:
         self.routes: tuple[Route, ...] = audit.routes
         self.topic = settings.observations
         # topic -> the (route, stage) pairs it is part of.
-        self._stages: dict[str, list[tuple[str, int]]] = {}
-        for route in self.routes:
-            for topic in route.topics:
-                stage = route.stage_of(topic)
-                if stage is not None:
-                    self._stages.setdefault(topic, []).append((route.name, stage))
+        self._stages = stage_map(self.routes)
         self._encoded: dict[str, list[tuple[str, int, bytes, bytes]]] = {}
         self.judges: dict[int, TraceJudge] = {}
         # (group, topic, partition) -> committed offset, as last polled.

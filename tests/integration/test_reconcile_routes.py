@@ -40,11 +40,10 @@ from kdiv.reconcile.routes import (
     JudgeTask,
     _check_one_topic_per_archive,
     read_file_sink,
-    stage_map,
 )
 from kdiv.reconcile.snapshot import take_snapshot
 from kdiv.trace.header import TRACE_HEADER, TraceStamp, encode_trace
-from kdiv.trace.routes import FileSink, parse_routes
+from kdiv.trace.routes import FileSink, parse_routes, stage_map
 from kdiv.writer import DivWriter
 from tests.conftest import _create_topic, _delete_topics, run_coroutine
 from tests.harness.pipeline import processor_pair, produce_traced

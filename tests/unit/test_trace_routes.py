@@ -142,3 +142,15 @@ def test_the_worker_gets_the_live_routes_and_watches_no_file():
     archive_only = AuditSettings.from_env({"KDIV_ROUTES": "flat=c>k>avro:/lake/c"})
     assert archive_only.configured and not archive_only.judged_live
     assert archive_only.route_topics() == frozenset({"c"})
+
+
+def test_stage_map_names_every_route_stage_of_a_topic():
+    from kdiv.trace.routes import stage_map
+
+    routes = parse_routes("flow=orders>enricher>enriched|audit;short=orders>shipper>parquet:/lake/s")
+    assert stage_map(routes) == {
+        "orders": (("flow", 0), ("short", 0)),
+        "enriched": (("flow", 1),),
+        "audit": (("flow", 1),),
+        "parquet:/lake/s": (("short", 1),),
+    }
