@@ -174,7 +174,8 @@ def write_report(
     report.html into `out_dir`.
 
     `findings`: rows of FINDINGS_SCHEMA, with or without CHECKSUM_COLUMNS and ROUTE_COLUMNS
-    (the Parquet keeps the columns given). `sequences`: rows with SEQUENCE_FIELDS (extra columns are dropped). `summary`: the run's summary as the caller knows it; its `status`
+    (the Parquet keeps the columns given). `sequences`: rows with SEQUENCE_FIELDS (extra
+    columns are dropped). `summary`: the run's summary as the caller knows it; its `status`
     may be left out (it follows from the findings) or be "failed", but "clean" with findings
     or "discrepancies" without is a contradiction and raises ValueError before anything is
     written.
@@ -787,9 +788,7 @@ def _findings_section(cls: str, count: int, rows: list[Row]) -> list[str]:
             return "<br>".join(_copy(copy) for copy in value)
         if name in ("producer", "expected_subject", "table", "row_key", "route", "group", "trace_id"):
             return f"<code>{_e(value)}</code>"
-        if name in _NUMBERED_IDS:
-            return _e(value)
-        if name == "image":
+        if name in _NUMBERED_IDS or name == "image":
             return _e(value)
         return _int(value)
 
