@@ -182,6 +182,11 @@ class AuditSettings:
         )
 
     @cached_property
+    def sampling(self) -> SamplingSpec | None:
+        """The writers' sampling, None when not given (rates then unknown)."""
+        return SamplingSpec.parse(self.sampling_text) if self.sampling_text else None
+
+    @cached_property
     def all_routes(self) -> tuple[Route, ...]:
         """Every route in full, file sinks included: what the nightly job checks at rest."""
         return parse_routes(self.routes_text) if self.configured else ()
@@ -262,10 +267,6 @@ class Settings:
     def observations(self) -> str:
         """The pipeline audit's observations topic (traced records seen, keyed by trace)."""
         return f"{self.app_id}-trace-observations"
-
-    @property
-    def _route_topics(self) -> frozenset[str]:
-        return self.audit.route_topics()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -353,7 +354,7 @@ class Settings:
         own = topic.startswith(f"{self.app_id}-") and (topic.endswith("-changelog") or "-__assignor-" in topic)
         if own or topic in (self.incidents, self.observations) or topic.startswith("__"):
             return False
-        if self.changefeeds.declares(topic) or topic in self._route_topics:
+        if self.changefeeds.declares(topic) or topic in self.audit.route_topics():
             return True
         if self.topic_pattern is not None:
             return self.topic_pattern.fullmatch(topic) is not None

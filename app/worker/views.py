@@ -26,7 +26,6 @@ from kdiv.div.segment import SegmentStatus, as_segment
 from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
-from kdiv.trace.sampling import SamplingSpec
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.incidents import LOG_REWOUND, NO_PRODUCER
@@ -601,7 +600,7 @@ def routes_summary(worker, gathered: dict) -> dict:
         into["latency_sum_ms"] += item["latency_sum_ms"]
         into["latency_count"] += sum(item["latency_buckets"])
         into["open"] += item["open_traces"]
-    sampling = SamplingSpec.parse(audit.settings.sampling_text) if audit is not None else None
+    sampling = audit.settings.sampling if audit is not None else None
     for route in audit.routes if audit is not None else ():
         per_hop = [merged.get((route.name, index), {}) for index in range(len(route.hops))]
         delivered = sum(counts.get("outcomes", {}).get("DELIVERED", 0) for counts in per_hop)
@@ -629,7 +628,7 @@ def routes_summary(worker, gathered: dict) -> dict:
                 }
             )
         source = route.stages[0][0]
-        rate = sampling.rate_for(source) if sampling is not None and audit.settings.sampling_text else None
+        rate = sampling.rate_for(source) if sampling is not None else None
         routes.append(
             {
                 "route": route.name,
