@@ -572,15 +572,58 @@ def changefeed_demo(
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=9092, show_default=True, help="Port (0: any free one).")
-def broker(host: str, port: int) -> None:
-    """Run the embedded development broker (Tansu, in memory) until interrupted."""
-    from kdiv.dev.broker import BrokerError, DevBroker
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9092,
+    show_default=True,
+    help="The first node's port; node n listens on PORT+n-1 (0: any free ones).",
+)
+@click.option("--nodes", type=click.IntRange(1, 9), default=1, show_default=True, help="Broker processes (3: RF 3).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep the cluster's logs here across restarts (default: a temporary directory, removed at stop).",
+)
+@click.option(
+    "--tansu",
+    is_flag=True,
+    help="Run the in-memory stand-in (Tansu) instead: for machines without a Java runtime only.",
+)
+def broker(host: str, port: int, nodes: int, data_dir: str | None, tansu: bool) -> None:
+    """Run a development broker until interrupted: Apache Kafka in KRaft mode (from `kdiv fetch-jars`)."""
+    from kdiv.dev.ports import BrokerError
 
     try:
-        DevBroker(host=host, port=port, log_level=os.environ.get("RUST_LOG", "warn")).run_forever()
+        if tansu:
+            from kdiv.dev.tansu import TansuBroker
+
+            if nodes != 1 or data_dir is not None:
+                raise click.UsageError("--tansu runs one in-memory node: no --nodes or --data-dir")
+            TansuBroker(host=host, port=port, log_level=os.environ.get("RUST_LOG", "warn")).run_forever()
+        else:
+            from kdiv.dev.broker import KafkaCluster
+
+            KafkaCluster(nodes, host=host, port=port, data_dir=data_dir).run_forever()
     except BrokerError as failed:
         raise click.ClickException(str(failed)) from None
+
+
+@main.command("fetch-jars")
+@click.option("--maven", default="mvn", show_default=True, help="The Maven executable.")
+def fetch_jars(maven: str) -> None:
+    """Fetch the Java components kdiv runs (Apache Kafka's broker) into kdiv's cache, with Maven.
+
+    The one step that downloads; run it once after installing kdiv. Prints each bundle's directory.
+    """
+    from kdiv.maven import BUNDLES, JarsError
+
+    for bundle in BUNDLES:
+        try:
+            click.echo(bundle.fetch(maven))
+        except JarsError as failed:
+            raise click.ClickException(str(failed)) from None
 
 
 @main.command()

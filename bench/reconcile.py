@@ -4,7 +4,7 @@
                               [--repeat 3] [--batch-records 5000] [--max-records-per-split 500000]
                               [--consumer-config KEY=VALUE ...] [--master local[2]] [--bootstrap HOST:PORT]
 
-One run: start the embedded broker (unless --bootstrap or KDIV_BOOTSTRAP names one), create a
+One run: start Apache Kafka (kdiv.dev.broker, unless --bootstrap or KDIV_BOOTSTRAP names one), create a
 topic of --partitions partitions and write --records records (default: the largest size) with
 confluent-kafka: keys drawn from records/4 distinct keys, --value-size-byte values and a 47-byte
 ``div`` header (the size of a DIV END_OF_SEGMENT header), round robin over the partitions.
@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from kdiv.dev.broker import DevBroker  # noqa: E402
+from kdiv.dev.broker import KafkaCluster  # noqa: E402
 from kdiv.reconcile.kafka_source import (  # noqa: E402
     DEFAULT_BATCH_RECORDS,
     DEFAULT_MAX_RECORDS_PER_SPLIT,
@@ -386,7 +386,7 @@ def main() -> None:
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("KDIV_BOOTSTRAP", ""),
-        help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)",
+        help="an existing broker (default: KDIV_BOOTSTRAP, else Apache Kafka started from `kdiv fetch-jars` jars)",
     )
     args = parser.parse_args()
     try:
@@ -411,7 +411,7 @@ def main() -> None:
         if args.bootstrap:
             bootstrap = args.bootstrap
         else:
-            broker = DevBroker(port=0).start()
+            broker = KafkaCluster(port=0).start()
             bootstrap = broker.bootstrap
         run(args, bootstrap)
     except BenchError as failure:

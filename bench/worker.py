@@ -5,7 +5,7 @@
                            [--trace-rate R] [--trace-partitions T] [--profile [VARIANT ...]]
                            [--bootstrap HOST:PORT]
 
-One run: start the embedded broker (unless --bootstrap or KDIV_BOOTSTRAP names one), create a
+One run: start Apache Kafka (kdiv.dev.broker, unless --bootstrap or KDIV_BOOTSTRAP names one), create a
 topic (compacted with --compacted: the worker then keeps its key ledger too), write N
 DIV-stamped records from P producers (P DivWriters sharing one aiokafka producer, keyed with
 Kafka's partitioner or round robin; their END_OF_SEGMENTs at close), then, per round:
@@ -102,7 +102,7 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
-from kdiv.dev.broker import DevBroker  # noqa: E402
+from kdiv.dev.broker import KafkaCluster  # noqa: E402
 from kdiv.dev.demo import ensure_topic  # noqa: E402
 from kdiv.dev.registry.process import DevRegistryProcess  # noqa: E402
 from kdiv.kafka.tansu import detect_tansu, end_offsets  # noqa: E402
@@ -809,7 +809,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
     produce_s, traced = await produce(bootstrap, topic, args, trace_rate=args.trace_rate if audit else None)
     ends = (await topic_sizes(bootstrap, {topic: args.partitions}, tansu))[topic]
     total = sum(ends.values())
-    where = "embedded Tansu" if broker_pid is not None else f"{bootstrap}{' (Tansu)' if tansu else ''}"
+    where = "a kdiv-started Apache Kafka" if broker_pid is not None else f"{bootstrap}{' (Tansu)' if tansu else ''}"
     print(
         f"records: {args.records} data + {total - args.records} control = {total} on {topic}, producers: "
         f"{args.producers}, partitions: {args.partitions}, value bytes: {args.value_size}, keys: {args.keys}, "
@@ -1002,7 +1002,7 @@ def main() -> None:
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("KDIV_BOOTSTRAP", ""),
-        help="an existing broker (default: KDIV_BOOTSTRAP, else an embedded Tansu)",
+        help="an existing broker (default: KDIV_BOOTSTRAP, else Apache Kafka started from `kdiv fetch-jars` jars)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the workers' data dirs and logs")
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's committed-offset curve")
@@ -1026,9 +1026,9 @@ def main() -> None:
         if args.bootstrap:
             bootstrap, broker_pid = args.bootstrap, None
         else:
-            broker = DevBroker(port=0).start()
+            broker = KafkaCluster(port=0).start()
             bootstrap = broker.bootstrap
-            broker_pid = broker.pid
+            (broker_pid,) = broker.pids
         if not os.environ.get("KDIV_SCHEMA_REGISTRY_URL"):
             # Workers register their state schema at start (worker_env passes the URL on).
             registry = DevRegistryProcess(bootstrap).start()

@@ -1,7 +1,9 @@
-"""Shared fixtures: one Kafka-protocol broker per test session, and fresh topics on it.
+"""Shared fixtures: one Kafka broker per test session, and fresh topics on it.
 
 The broker is, in order of preference: the cluster at $KDIV_BOOTSTRAP; Apache Kafka in
-a container when a Docker engine answers; the embedded Tansu broker (kdiv.dev.broker).
+a container when a Docker engine answers; Apache Kafka started from the jars `kdiv
+fetch-jars` cached (kdiv.dev.broker). `KDIV_TEST_BROKER=tansu` runs the suite on the
+in-memory stand-in instead, for machines without Java; it never stands in unasked.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
-from kdiv.dev.broker import DevBroker
+from kdiv.dev.broker import KafkaCluster
+from kdiv.dev.tansu import TansuBroker
 from kdiv.kafka.tansu import detect_tansu
 
 BOOTSTRAP_ENV = "KDIV_BOOTSTRAP"
+TEST_BROKER_ENV = "KDIV_TEST_BROKER"
 REGISTRY_ENV = "KDIV_SCHEMA_REGISTRY_URL"
 _TOPIC_READY_TIMEOUT_S = 10.0
 
@@ -61,9 +65,12 @@ def bootstrap() -> Iterator[str]:
 
         with KafkaContainer() as kafka:
             yield kafka.get_bootstrap_server()
+    elif os.environ.get(TEST_BROKER_ENV) == "tansu":
+        with TansuBroker(port=0) as tansu:
+            yield tansu.bootstrap
     else:
-        with DevBroker(port=0) as broker:
-            yield broker.bootstrap
+        with KafkaCluster(port=0) as kafka:
+            yield kafka.bootstrap
 
 
 @pytest.fixture(scope="session")

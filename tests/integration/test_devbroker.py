@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaClient
 
-from kdiv.dev.broker import TANSU_BIN_ENV, BrokerError, DevBroker, tansu_binary
+from kdiv.dev.ports import BrokerError
+from kdiv.dev.tansu import TANSU_BIN_ENV, TansuBroker, tansu_binary
 from kdiv.kafka.tansu import fetch_cluster_id
 
 pytestmark = pytest.mark.broker
@@ -32,7 +33,7 @@ def _port_is_bindable(host: str, port: int) -> bool:
 
 
 async def test_started_broker_answers_kafka_clients_at_its_advertised_address():
-    with DevBroker(port=0) as broker:
+    with TansuBroker(port=0) as broker:
         assert broker.running
         host, port = broker.bootstrap.rsplit(":", 1)
         assert (host, int(port)) == ("127.0.0.1", broker.port)
@@ -48,8 +49,8 @@ async def test_started_broker_answers_kafka_clients_at_its_advertised_address():
 
 
 def test_second_broker_on_the_same_port_fails_with_a_clear_error():
-    with DevBroker(port=0) as first:
-        second = DevBroker(port=first.port)
+    with TansuBroker(port=0) as first:
+        second = TansuBroker(port=first.port)
         with pytest.raises(BrokerError, match=rf"port {first.port} on 127\.0\.0\.1 is already in use"):
             second.start()
         assert not second.running
@@ -57,7 +58,7 @@ def test_second_broker_on_the_same_port_fails_with_a_clear_error():
 
 
 def test_stop_waits_for_exit_and_frees_the_port():
-    broker = DevBroker(port=0).start()
+    broker = TansuBroker(port=0).start()
     port = broker.port
     assert not _port_is_bindable("127.0.0.1", port)
 
@@ -67,7 +68,7 @@ def test_stop_waits_for_exit_and_frees_the_port():
     assert _port_is_bindable("127.0.0.1", port)
     broker.stop()  # idempotent
     # The freed port takes a new broker at once.
-    with DevBroker(port=port) as successor:
+    with TansuBroker(port=port) as successor:
         assert successor.running
 
 
@@ -77,7 +78,7 @@ def test_early_exit_is_reported_with_the_brokers_output(tmp_path, monkeypatch):
     failing_binary.chmod(0o755)
     monkeypatch.setenv(TANSU_BIN_ENV, str(failing_binary))
 
-    broker = DevBroker(port=0)
+    broker = TansuBroker(port=0)
     with pytest.raises(BrokerError, match=r"(?s)exited with code 3.*storage engine exploded"):
         broker.start(timeout=5)
     assert not broker.running
@@ -105,12 +106,12 @@ def test_tansu_binary_defaults_to_the_in_package_binary(monkeypatch):
 
 def test_bootstrap_of_a_free_port_broker_is_known_only_after_start():
     with pytest.raises(BrokerError, match="start it first"):
-        DevBroker(port=0).bootstrap
+        TansuBroker(port=0).bootstrap
 
 
 def test_run_forever_prints_the_address_and_stops_on_sigterm():
     process = subprocess.Popen(
-        [sys.executable, "-c", "from kdiv.dev.broker import DevBroker; DevBroker(port=0).run_forever()"],
+        [sys.executable, "-c", "from kdiv.dev.tansu import TansuBroker; TansuBroker(port=0).run_forever()"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -138,7 +139,7 @@ def test_run_forever_prints_the_address_and_stops_on_sigterm():
 
 def test_start_is_fast():
     started = time.perf_counter()
-    with DevBroker(port=0):
+    with TansuBroker(port=0):
         elapsed = time.perf_counter() - started
     # Tansu is ready in milliseconds; a slow start means the readiness probe is broken.
     assert elapsed < 2.0

@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from kdiv.dev.broker import DevBroker
+from kdiv.dev.tansu import TansuBroker
 from kdiv.kafka.tansu import (
     BROKER_FLAVOR_ENV,
     detect_tansu,
@@ -116,7 +116,7 @@ async def test_end_offsets_under_read_committed_use_the_last_stable_offset(boots
 
 
 async def test_detect_tansu_recognises_the_embedded_broker_from_any_client(no_flavor_override):
-    with DevBroker(port=0) as broker:
+    with TansuBroker(port=0) as broker:
         assert await detect_tansu(broker.bootstrap)
         assert await fetch_cluster_id([broker.bootstrap]) == "tansu_cluster"
 

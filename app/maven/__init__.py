@@ -1,0 +1,121 @@
+"""Java components kdiv runs beside Python, fetched by Maven from Maven Central.
+
+Each bundle is a small pom in this package (`<name>.xml`). `kdiv fetch-jars` is the one
+install step that downloads: Maven resolves the pom and copies its jars, dependencies
+included, into kdiv's cache. At run time kdiv only looks the jars up there and never
+downloads; a bundle not fetched yet is one clear error naming the command that fetches it.
+
+The cache directory is named by the bundle, its version and a digest of its pom, so a
+changed pom is fetched anew instead of running against stale jars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+JARS_DIR_ENV = "KDIV_JARS_DIR"
+FETCH_COMMAND = "kdiv fetch-jars"
+_POM_NAMESPACE = "{http://maven.apache.org/POM/4.0.0}"
+_COMPLETE_MARKER = ".complete"
+
+
+class JarsError(RuntimeError):
+    """A bundle's jars are not in the cache, or Maven could not fetch them."""
+
+
+def cache_root() -> Path:
+    """$KDIV_JARS_DIR, else $XDG_CACHE_HOME/kdiv/jars, else ~/.cache/kdiv/jars."""
+    configured = os.environ.get(JARS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kdiv" / "jars"
+
+
+@dataclass(frozen=True)
+class MavenBundle:
+    """One pom of this package and the jars Maven resolved for it."""
+
+    name: str
+
+    @property
+    def pom(self) -> Path:
+        return Path(__file__).with_name(f"{self.name}.xml")
+
+    @property
+    def version(self) -> str:
+        """The pom's first `*.version` property: the version of what the bundle runs."""
+        properties = ElementTree.parse(self.pom).getroot().find(f"{_POM_NAMESPACE}properties")
+        for prop in properties if properties is not None else ():
+            if prop.tag.endswith(".version") and prop.text:
+                return prop.text.strip()
+        raise JarsError(f"{self.pom} names no version property")
+
+    @property
+    def directory(self) -> Path:
+        digest = hashlib.sha256(self.pom.read_bytes()).hexdigest()[:12]
+        return cache_root() / f"{self.name}-{self.version}-{digest}"
+
+    def is_fetched(self) -> bool:
+        return (self.directory / _COMPLETE_MARKER).is_file()
+
+    def jars(self) -> list[Path]:
+        """The bundle's jars, from the cache; JarsError naming the fetch command when absent."""
+        if not self.is_fetched():
+            raise JarsError(
+                f"no {self.name} {self.version} jars in {self.directory}: run `{FETCH_COMMAND}` "
+                "once (it needs Maven and Maven Central)"
+            )
+        return sorted(self.directory.glob("*.jar"))
+
+    def fetch(self, maven: str = "mvn") -> Path:
+        """Have Maven copy the bundle's runtime jars into the cache (a no-op once there)."""
+        if self.is_fetched():
+            return self.directory
+        executable = shutil.which(maven)
+        if executable is None:
+            raise JarsError(f"cannot fetch the {self.name} jars: Maven ({maven}) is not on the PATH")
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        # Copied beside the cache and renamed into place, so an interrupted fetch never
+        # leaves a directory that looks complete.
+        staging = Path(tempfile.mkdtemp(prefix=f".{self.name}-", dir=self.directory.parent))
+        try:
+            result = subprocess.run(
+                [
+                    executable,
+                    "--batch-mode",
+                    "--quiet",
+                    "--file",
+                    str(self.pom),
+                    "dependency:copy-dependencies",
+                    f"-DoutputDirectory={staging}",
+                    "-DincludeScope=runtime",
+                ],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                output = (result.stdout + result.stderr).strip().splitlines()
+                raise JarsError(
+                    f"Maven could not fetch the {self.name} {self.version} jars (exit {result.returncode}): "
+                    + " | ".join(line for line in output if "ERROR" in line)[-2000:]
+                )
+            (staging / _COMPLETE_MARKER).write_text(f"{self.name} {self.version}\n")
+            shutil.rmtree(self.directory, ignore_errors=True)
+            staging.rename(self.directory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return self.directory
+
+
+KAFKA_BROKER = MavenBundle("kafka-broker")
+BUNDLES = (KAFKA_BROKER,)
