@@ -19,16 +19,15 @@ from typing import Any, TypeVar
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import for_code
 
 from kdiv.dev.broker import KafkaCluster
 from kdiv.dev.tansu import TansuBroker
 from kdiv.kafka.tansu import detect_tansu
+from kdiv.kafka.topics import create_topic
 
 BOOTSTRAP_ENV = "KDIV_BOOTSTRAP"
 TEST_BROKER_ENV = "KDIV_TEST_BROKER"
 REGISTRY_ENV = "KDIV_SCHEMA_REGISTRY_URL"
-_TOPIC_READY_TIMEOUT_S = 10.0
 
 T = TypeVar("T")
 
@@ -126,35 +125,10 @@ async def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-tests")
     await admin.start()
     try:
-        response = await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-        # aiokafka returns per-topic errors instead of raising them.
-        for topic, error_code, *details in response.topic_errors:
-            if error_code:
-                message = details[0] if details else None
-                raise for_code(error_code)(
-                    f"creating topic {topic} ({partitions} partitions) on {bootstrap}: {message}"
-                )
-        await _wait_until_topic_has_leaders(admin, bootstrap, name, partitions)
+        if not await create_topic(admin, NewTopic(name, num_partitions=partitions, replication_factor=1)):
+            raise AssertionError(f"test topic {name} existed before the test created it")
     finally:
         await admin.close()
-
-
-async def _wait_until_topic_has_leaders(admin: AIOKafkaAdminClient, bootstrap: str, name: str, partitions: int) -> None:
-    # Apache Kafka answers CreateTopics before every partition has a leader; clients
-    # that start at once would see UnknownTopicOrPartition for a while.
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _TOPIC_READY_TIMEOUT_S
-    while True:
-        (description,) = await admin.describe_topics([name])
-        leaders = [p["leader"] for p in description["partitions"]]
-        if description["error_code"] == 0 and len(leaders) == partitions and min(leaders) >= 0:
-            return
-        if loop.time() >= deadline:
-            raise TimeoutError(
-                f"topic {name} on {bootstrap} still lacks partition leaders "
-                f"{_TOPIC_READY_TIMEOUT_S} s after creation: {description}"
-            )
-        await asyncio.sleep(0.05)
 
 
 async def _delete_topics(bootstrap: str, names: list[str]) -> None:

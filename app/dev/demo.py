@@ -18,7 +18,6 @@ from contextlib import aclosing
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, for_code
 from aiokafka.structs import RecordMetadata
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
@@ -27,6 +26,7 @@ from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.produce import new_producer
+from kdiv.kafka.topics import TopicCreationError, create_topic
 from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import ledger_changelog_topic_name
 from kdiv.state.values import StateValues
@@ -64,16 +64,13 @@ async def ensure_topic(
     admin = admin_client(bootstrap, security)
     await admin.start()
     try:
-        response = await admin.create_topics(
-            [
-                NewTopic(
-                    topic, num_partitions=partitions, replication_factor=replication_factor, topic_configs=config or {}
-                )
-            ]
+        topic_spec = NewTopic(
+            topic, num_partitions=partitions, replication_factor=replication_factor, topic_configs=config or {}
         )
-        for name, code, *rest in response.topic_errors:
-            if code and for_code(code) is not TopicAlreadyExistsError:
-                raise for_code(code)(f"creating demo topic {name}: {rest[0] if rest else ''}")
+        try:
+            await create_topic(admin, topic_spec)
+        except TopicCreationError as refused:
+            raise TopicCreationError(f"demo topic: {refused}") from None
     finally:
         await admin.close()
 

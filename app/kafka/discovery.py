@@ -18,6 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from kdiv.config.settings import Settings
 from kdiv.kafka.tansu import detect_tansu
+from kdiv.kafka.topics import TopicCreationError, create_topic
 from kdiv.state.tables import ledger_changelog_topic_name, ledger_partition_counts
 from kdiv.trace.routes import validate_routes
 
@@ -182,8 +183,7 @@ async def _ensure_compacted_topic(
         replication_factor=settings.replication_factor,
         topic_configs={"cleanup.policy": "compact" if compacted else "delete"},
     )
-    response = await admin.create_topics([topic])
-    for created, error_code, *rest in response.topic_errors:
-        # 36: TOPIC_ALREADY_EXISTS, when another worker created it first.
-        if error_code not in (0, 36):
-            raise DiscoveryError(f"cannot create topic {created}: error {error_code} {rest}")
+    try:
+        await create_topic(admin, topic)
+    except TopicCreationError as refused:
+        raise DiscoveryError(str(refused)) from None

@@ -22,6 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.produce import new_producer
+from kdiv.kafka.topics import create_topic
 from kdiv.registry.schemaslog import (
     LEVELS,
     RegistryRequestError,
@@ -80,10 +81,7 @@ class DevRegistry:
             topic = NewTopic(
                 self.topic, num_partitions=1, replication_factor=1, topic_configs={"cleanup.policy": "compact"}
             )
-            response = await admin.create_topics([topic])
-            for name, code, *rest in response.topic_errors:
-                if code not in (0, 36):  # 36: created meanwhile
-                    raise RuntimeError(f"cannot create the schemas topic {name}: error {code} {rest}")
+            await create_topic(admin, topic)
         finally:
             await admin.close()
 

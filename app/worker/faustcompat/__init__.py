@@ -114,7 +114,12 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("aiokafka.producer.sender:InitPIDHandler.create_request", ("self",), "Tansu: the v3 request"),
     ("aiokafka.producer.sender:InitPIDHandler._sender", None, "Tansu: the transaction manager's ids"),
     ("aiokafka.producer.sender:Sender._txn_manager", None, "Tansu: the transaction manager's ids"),
-    ("aiokafka.consumer.consumer:AIOKafkaConsumer._client", None, "Tansu: Fetch-based end offsets"),
+    (
+        "aiokafka.consumer.consumer:AIOKafkaConsumer._client",
+        None,
+        "Tansu: Fetch-based end offsets; kdiv.kafka.consume: any topic's partitions",
+    ),
+    ("aiokafka.client:AIOKafkaClient.fetch_all_metadata", ("self",), "kdiv.kafka.consume: any topic's partitions"),
 )
 
 
