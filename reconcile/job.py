@@ -107,7 +107,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also write the gauges here (node_exporter's textfile collector directory)",
     )
     parser.add_argument("--pushgateway", metavar="URL", help="also push the gauges to this Prometheus Pushgateway")
-    parser.add_argument("--master", help="Spark master when run without spark-submit (default local[2])")
+    parser.add_argument(
+        "--master",
+        help="Spark master, over spark-submit's; default: spark-submit's (its --master), else local[2]",
+    )
     return parser.parse_args(argv)
 
 
@@ -484,12 +487,9 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"reconciliation failed: bad settings: {bad}", err=True)
         _say(f"failed: report in {write_early_failure(args, f'bad settings: {bad}')}", err=False)
         return EXIT_FAILED
-    from pyspark import SparkConf
-
     from kdiv.reconcile.session import build_session
 
-    master = args.master or SparkConf().get("spark.master", None) or "local[2]"
-    spark = build_session(master)
+    spark = build_session(args.master)
     try:
         code, _out = Reconciliation(args, settings, spark, _say).run()
     finally:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[2]"
 
 # The job's tables are small next to what Spark's default of 200 shuffle partitions is for.
 _SHUFFLE_PARTITIONS = 8
@@ -21,17 +24,37 @@ _DEFAULT_CONF: dict[str, str] = {
 }
 
 
+def master_set_outside(environ: Mapping[str, str] = os.environ) -> bool:
+    """True when something other than the caller chose the master: spark-submit (which
+    started this Python with a gateway to its JVM, whose master is its --master, its
+    spark-defaults.conf or its own default), PYSPARK_SUBMIT_ARGS, or Spark's MASTER variable.
+    A SparkConf made before the context exists cannot tell: it sees none of these."""
+    if environ.get("PYSPARK_GATEWAY_PORT") or environ.get("MASTER"):
+        return True
+    words = shlex.split(environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    return any(word == "--master" or word.startswith(("--master=", "spark.master=")) for word in words)
+
+
 def build_session(
-    master: str = "local[2]",
+    master: str | None = None,
     app_name: str = "kdiv-reconcile",
     conf: Mapping[str, Any] | None = None,
 ) -> SparkSession:
-    """A SparkSession with kdiv's data sources registered. `conf` overrides the defaults."""
-    # Without these, workers may start with the system python (no pyarrow, no kdiv) and the
-    # driver may bind to an address the executors cannot reach.
+    """A SparkSession with kdiv's data sources registered. `conf` overrides the defaults.
+
+    `master`: the caller's wins; None keeps the one chosen outside (`master_set_outside`),
+    else local[2]."""
+    if master is None and not master_set_outside():
+        master = DEFAULT_MASTER
+    # Without it, workers may start with the system python (no pyarrow, no kdiv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
+    if master is not None and master.startswith("local"):
+        # A laptop's hostname may resolve to an address nothing listens on; on a cluster the
+        # executors must reach the driver, so loopback is for local mode only.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
