@@ -613,7 +613,8 @@ def broker(host: str, port: int, nodes: int, data_dir: str | None, tansu: bool) 
 @main.command("fetch-jars")
 @click.option("--maven", default="mvn", show_default=True, help="The Maven executable.")
 def fetch_jars(maven: str) -> None:
-    """Fetch the Java components kdiv runs (Apache Kafka's broker) into kdiv's cache, with Maven.
+    """Fetch the Java components kdiv runs (Apache Kafka's broker, Spark's kafka connector for the
+    nightly job) into kdiv's cache, with Maven.
 
     The one step that downloads; run it once after installing kdiv. Prints each bundle's directory.
     """

@@ -72,8 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--kafka-source",
         choices=KAFKA_SOURCES,
         default="auto",
-        help="python: kdiv's data source; spark: Spark's kafka source (needs its jar); "
-        "auto: Spark's when its jar is on the classpath (default)",
+        help="python: kdiv's data source; spark: Spark's kafka source (needs its jars: `kdiv fetch-jars`); "
+        "auto: Spark's when its jars are on the classpath (default)",
     )
     parser.add_argument(
         "--max-records-per-split",

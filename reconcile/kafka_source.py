@@ -445,10 +445,11 @@ def resolve_source(spark: SparkSession, source: str) -> str:
     if source == "auto":
         return "spark" if spark_kafka_available(spark) else "python"
     if source == "spark" and not spark_kafka_available(spark):
+        from kdiv.reconcile.connector import why_missing
+
         raise SparkKafkaUnavailable(
-            f"Spark's kafka source ({SPARK_KAFKA_PROVIDER}) is not on the classpath: add the "
-            "spark-sql-kafka-0-10 jar matching this Spark (e.g. spark.jars.packages="
-            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}) or use --kafka-source python"
+            f"Spark's kafka source ({SPARK_KAFKA_PROVIDER}, the spark-sql-kafka-0-10 jar) is not on the "
+            f"classpath: {why_missing()}; or use --kafka-source python"
         )
     return source
 

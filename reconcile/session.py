@@ -10,6 +10,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kdiv.reconcile.connector import spark_kafka_jars, with_jars
+
 DEFAULT_MASTER = "local[2]"
 
 # The job's tables are small next to what Spark's default of 200 shuffle partitions is for.
@@ -40,7 +42,8 @@ def build_session(
     app_name: str = "kdiv-reconcile",
     conf: Mapping[str, Any] | None = None,
 ) -> SparkSession:
-    """A SparkSession with kdiv's data sources registered. `conf` overrides the defaults.
+    """A SparkSession with kdiv's data sources registered, and Spark's kafka connector when
+    `kdiv fetch-jars` cached it for this pyspark. `conf` overrides the defaults.
 
     `master`: the caller's wins; None keeps the one chosen outside (`master_set_outside`),
     else local[2]."""
@@ -52,10 +55,16 @@ def build_session(
         # A laptop's hostname may resolve to an address nothing listens on; on a cluster the
         # executors must reach the driver, so loopback is for local mode only.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {**_DEFAULT_CONF, **(conf or {})}
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # This process starts the JVM, which puts spark.jars on the driver's classpath too. Under
+        # spark-submit the JVM runs already and jars set now would reach the executors only:
+        # `kdiv reconcile` hands them to spark-submit instead.
+        settings = with_jars(settings, spark_kafka_jars())
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

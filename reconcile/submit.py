@@ -1,7 +1,7 @@
 """`kdiv reconcile`: runs reconcile/job.py through spark-submit with working defaults.
 
 Local mode needs nothing shipped. Any other master gets the `kdiv` package as a zip (--py-files); the executors' Python must have kdiv's dependencies (the docker
-image does). Executors must run this interpreter, which has pyarrow and kdiv, so
+image does). Spark's kafka connector, when `kdiv fetch-jars` cached it, goes in spark.jars. Executors must run this interpreter, which has pyarrow and kdiv, so
 PYSPARK_PYTHON defaults to it.
 """
 
@@ -81,6 +81,10 @@ def run(master: str, job_args: list[str], spark_conf: dict[str, str] | None = No
     """Run the job; its exit status (0 clean, 1 discrepancies, 2 failure)."""
     import subprocess
 
+    from kdiv.reconcile.connector import spark_kafka_jars, with_jars
+
+    # Through spark-submit: jars the job added itself would miss the driver's classpath.
+    spark_conf = with_jars(spark_conf or {}, spark_kafka_jars())
     with tempfile.TemporaryDirectory(prefix="kdiv-submit-") as scratch:
         py_files = None if master.startswith("local") else package_zip(Path(scratch))
         command = submit_command(master, job_args, spark_conf=spark_conf, py_files=py_files)

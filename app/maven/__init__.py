@@ -118,4 +118,5 @@ class MavenBundle:
 
 
 KAFKA_BROKER = MavenBundle("kafka-broker")
-BUNDLES = (KAFKA_BROKER,)
+SPARK_KAFKA = MavenBundle("spark-kafka")
+BUNDLES = (KAFKA_BROKER, SPARK_KAFKA)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -15,7 +19,6 @@ from kdiv.reconcile.kafka_source import (
     KAFKA_SCHEMA,
     KafkaReadError,
     KafkaSplit,
-    SparkKafkaUnavailable,
     plan_splits,
     read_split,
     read_topics,
@@ -189,22 +192,51 @@ def test_plan_splits_cover_each_range_once_without_overlap():
         plan_splits(ranges, 0)
 
 
-def test_auto_picks_the_python_source_and_forcing_spark_says_what_is_missing(spark, bootstrap, loaded_topic):
+def test_spark_s_kafka_source_reads_the_same_rows_as_kdiv_s(spark, bootstrap, loaded_topic):
+    """The session has Spark's connector (`kdiv fetch-jars` cached it): auto picks it, and it reads
+    the snapshot's offsets into the same rows, headers and timestamps included, as kdiv's source."""
     topic, snapshot, _, _ = loaded_topic
-    assert not spark_kafka_available(spark)
-    assert resolve_source(spark, "auto") == "python"
+    assert spark_kafka_available(spark), "Spark's kafka connector is not in the session: run `kdiv fetch-jars`"
+    assert resolve_source(spark, "auto") == "spark"
 
     auto = read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap))
     plan = auto._jdf.queryExecution().optimizedPlan().toString()
-    assert "kdiv_kafka" in plan
-    assert auto.count() == 120
+    assert "KafkaRelation" in plan and "kdiv_kafka" not in plan, plan
+    assert auto.dtypes == SPARK_KAFKA_COLUMNS
+    python = read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap), source="python")
+    rows = spark_rows(auto)
+    assert len(rows) == 120  # not the 45 written after the snapshot
+    assert sorted(rows, key=repr) == sorted(spark_rows(python), key=repr)
+    assert set(rows) == confluent_read(bootstrap, snapshot.ranges)
+    assert any(r[7] is None for r in rows) and any(h == ("trace", None) for r in rows if r[7] for h in r[7])
 
-    with pytest.raises(SparkKafkaUnavailable) as raised:
-        read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap), source="spark")
-    message = str(raised.value)
-    assert "spark-sql-kafka-0-10" in message and "--kafka-source python" in message
     with pytest.raises(ValueError, match="source must be one of"):
         read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap), source="jdbc")
+
+
+def test_without_the_connector_auto_is_kdiv_s_source_and_forcing_spark_names_the_fetch_command(tmp_path):
+    """A session started with no connector in the cache (KDIV_JARS_DIR empty): its own JVM."""
+    script = """
+import json
+from kdiv.reconcile.kafka_source import SparkKafkaUnavailable, resolve_source
+from kdiv.reconcile.session import build_session
+spark = build_session("local[1]")
+try:
+    resolve_source(spark, "spark")
+    forced = None
+except SparkKafkaUnavailable as missing:
+    forced = str(missing)
+print(json.dumps({"auto": resolve_source(spark, "auto"), "forced": forced, "jars": spark.conf.get("spark.jars", "")}))
+spark.stop()
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
+    env["KDIV_JARS_DIR"] = str(tmp_path)
+    completed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    said = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert said["auto"] == "python" and said["jars"] == ""
+    assert "spark-sql-kafka-0-10" in said["forced"] and "`kdiv fetch-jars`" in said["forced"], said
+    assert str(tmp_path) in said["forced"] and "--kafka-source python" in said["forced"]
 
 
 def test_a_transaction_marker_at_the_end_neither_stalls_nor_lets_later_records_in(spark, bootstrap, topic_factory):
@@ -234,8 +266,9 @@ def test_a_transaction_marker_at_the_end_neither_stalls_nor_lets_later_records_i
         later.produce(topic, value=b"later-%d" % i, partition=0)
     assert later.flush(30) == 0
     assert offsets_read() == [0, 1, 2, 3, 4]
-    df = read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap), source="python")
-    assert sorted(r.offset for r in df.select("offset").collect()) == [0, 1, 2, 3, 4]
+    for source in ("python", "spark"):
+        df = read_topics(spark, snapshot, [topic], librdkafka=librdkafka(bootstrap), source=source)
+        assert sorted(r.offset for r in df.select("offset").collect()) == [0, 1, 2, 3, 4], source
 
 
 def test_a_range_the_broker_cannot_deliver_fails_naming_topic_partition_and_offset(bootstrap, topic_factory):

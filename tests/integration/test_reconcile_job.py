@@ -1,7 +1,7 @@
 """The reconciliation job end to end: a real worker validates real topics on the broker, the
 topics are then rewritten to plant each discrepancy class, and the job must find exactly
-those; a clean pipeline gives a clean report; the same snapshot gives the same report;
---repair registers what SUBJECT_MISMATCH names.
+those; a clean pipeline gives a clean report; the same snapshot gives the same report, read
+through Spark's kafka source or kdiv's own; --repair registers what SUBJECT_MISMATCH names.
 
 The planted run goes through `kdiv reconcile` (spark-submit); the others share the test
 session's SparkSession.
@@ -102,8 +102,8 @@ def found_in(spark, report: Path) -> set[tuple]:
     return {(r["class"], r["topic"], r["partition"], r["offset"], r["key"]) for r in rows}
 
 
-def without_timing(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if k not in ("started_at_ms", "finished_at_ms", "duration_s")}
+def without_timing(summary: dict, *also: str) -> dict:
+    return {k: v for k, v in summary.items() if k not in ("started_at_ms", "finished_at_ms", "duration_s", *also)}
 
 
 async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, registry_url, spark, tmp_path):
@@ -214,6 +214,8 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     assert completed.returncode == 1, completed.stdout + completed.stderr
     report = next(out.iterdir())
     summary = json.loads((report / "summary.json").read_text())
+    # kdiv reconcile hands spark-submit the connector `kdiv fetch-jars` cached; auto then takes it.
+    assert summary["kafka_source"] == "spark", "Spark's kafka connector is not in the cache: run `kdiv fetch-jars`"
     events_seq = max(r.offset for r in event_records)  # the table's producer state: the final END_OF_SEGMENT
     expected = {
         ("DIVERGED", orders, 0, corrupt.offset, corrupt.key),
@@ -234,7 +236,8 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     assert summary["changelog_records_read"][changelog] == len(changelog_records)
     assert f'<tr><td><code>{changelog}</code></td><td class="num">{len(changelog_records):,}</td>' in html
 
-    # The same snapshot again (in process): the same findings and summary.
+    # The same snapshot again (in process), through kdiv's own data source instead of Spark's:
+    # the same findings and summary.
     code, again, _ = reconcile_in_process(
         spark,
         bootstrap,
@@ -247,7 +250,9 @@ async def test_reconcile_finds_exactly_the_planted_discrepancies(bootstrap, regi
     )
     assert code == 1 and again.name == report.name
     assert found_in(spark, again) == expected
-    assert without_timing(json.loads((again / "summary.json").read_text())) == without_timing(summary)
+    again_summary = json.loads((again / "summary.json").read_text())
+    assert again_summary["kafka_source"] == "python"
+    assert without_timing(again_summary, "kafka_source") == without_timing(summary, "kafka_source")
 
     # Subjects from the registry's own log instead of its REST API: the same verdicts.
     code, replayed, _ = reconcile_in_process(

@@ -328,6 +328,30 @@ def test_a_rerun_on_the_snapshot_judges_against_the_same_offsets(run, spark, tmp
     assert (report / ROUTE_OFFSETS_JSON).read_text() == (run["report"] / ROUTE_OFFSETS_JSON).read_text()
 
 
+def test_spark_s_kafka_source_judges_every_route_as_kdiv_s_does(run, spark, tmp_path):
+    """Trace headers read by Spark's own kafka source (includeHeaders) on the same snapshot: the
+    same findings, every column, and the same per-hop counts."""
+    args = parse_args(
+        [
+            *("--bootstrap", run["args"].bootstrap, "--app-id", run["args"].app_id, "--routes", run["args"].routes),
+            *("--out", str(tmp_path), "--kafka-source", "spark"),
+            *("--snapshot", str(run["report"] / "snapshot.json")),
+        ]
+    )
+    code, report = Reconciliation(args, run["settings"], spark, lambda m, err=False: None).run()
+    assert report is not None and code == run["code"] == 1
+    summary = json.loads((report / SUMMARY_JSON).read_text())
+    assert (summary["kafka_source"], run["summary"]["kafka_source"]) == ("spark", "python")
+    assert summary["routes"] == run["summary"]["routes"]
+    assert summary["records_read"] == run["summary"]["records_read"]
+
+    def every_column(rows: list) -> set[tuple]:
+        return {tuple(sorted((k, repr(v)) for k, v in r.asDict(recursive=True).items())) for r in rows}
+
+    spark_findings = findings(spark, report)
+    assert spark_findings and every_column(spark_findings) == every_column(findings(spark, run["report"]))
+
+
 # -- the judging task, without Spark ---------------------------------------------------------------
 
 
