@@ -119,7 +119,7 @@ async def plan_snapshot(
     from aiokafka import TopicPartition
 
     from kdiv.config.security import PLAINTEXT
-    from kdiv.kafka.consume import standalone_consumer
+    from kdiv.kafka.consume import partitions_by_topic, standalone_consumer
     from kdiv.kafka.tansu import detect_tansu, end_offsets
 
     topics = [topics] if isinstance(topics, str) else list(dict.fromkeys(topics))
@@ -130,7 +130,7 @@ async def plan_snapshot(
     consumer = standalone_consumer(bootstrap, security=security or PLAINTEXT)
     await consumer.start()
     try:
-        known = await consumer.topics()  # refreshes metadata for every topic
+        known = await partitions_by_topic(consumer)
         absent = [t for t in topics if t not in known and t not in optional]
         if absent:
             raise LookupError(f"topic(s) {', '.join(map(repr, absent))} do not exist on {bootstrap}")
@@ -138,7 +138,7 @@ async def plan_snapshot(
             TopicPartition(topic, partition)
             for topic in topics
             if topic in known
-            for partition in sorted(consumer.partitions_for_topic(topic) or ())
+            for partition in sorted(known[topic])
         ]
         missing = tuple(t for t in topics if t not in known)
         starts, ends = {}, {}

@@ -48,6 +48,9 @@ _FAST_SETTINGS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     # Worker takeover tests run 3 s sessions (Kafka refuses sessions under 6 s by default).
     "group.min.session.timeout.ms": "1000",
+    # A dead node is fenced, and its leaderships move, after 3 s instead of 9.
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
     # Fewer internal partitions: created at the first group or transaction in a second, not ten.
     "offsets.topic.num.partitions": "8",
     "transaction.state.log.num.partitions": "8",

@@ -52,15 +52,22 @@ async def _standalone_consumer(
         await consumer.stop()
 
 
+async def partitions_by_topic(consumer: AIOKafkaConsumer) -> dict[str, set[int]]:
+    """Every topic's partition ids, from fresh metadata.
+
+    Not consumer.partitions_for_topic: a consumer's own metadata covers only the topics it
+    reads, so a topic it has not read yet is unknown there (Tansu listed every topic
+    anyway; Apache Kafka does not).
+    """
+    cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - kdiv.worker.faustcompat.PRIVATE_NAMES
+    return {topic: set(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+
+
 async def topic_partitions(
     consumer: AIOKafkaConsumer, topic: str, only: Iterable[int] | None = None
 ) -> list[TopicPartition]:
     """The topic's partitions (all, or `only`), or a LookupError naming what does not exist."""
-    # Fresh metadata of every topic. Not consumer.partitions_for_topic: a consumer's own
-    # metadata covers only the topics it reads, so a topic it has not read yet is unknown
-    # there (Tansu listed every topic anyway, Apache Kafka does not).
-    cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - kdiv.worker.faustcompat.PRIVATE_NAMES
-    found = cluster.partitions_for_topic(topic)
+    found = (await partitions_by_topic(consumer)).get(topic)
     if not found:
         raise LookupError(f"topic {topic!r} does not exist")
     wanted = sorted(found) if only is None else sorted(set(only))

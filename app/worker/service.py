@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import cast
 
 import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from faust.types import TP, EventT
@@ -36,6 +36,7 @@ from kdiv.div.record import FetchedRecord, consumed
 from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.committed import read_committed
+from kdiv.kafka.consume import topic_partitions as partitions_of
 from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.kafka.topicids import TopicIds
@@ -771,8 +772,7 @@ class ValidationWorker:
         consumer = self.incidents_consumer()
         await consumer.start()
         try:
-            partitions = consumer.partitions_for_topic(self.settings.incidents) or {0}
-            assigned = [TopicPartition(self.settings.incidents, p) for p in sorted(partitions)]
+            assigned = await partitions_of(consumer, self.settings.incidents)
             consumer.assign(assigned)
             while True:
                 batches = await consumer.getmany(timeout_ms=1000)
