@@ -1,4 +1,4 @@
-"""Reconcile job read throughput: kdiv's Spark data source against a plain confluent-kafka read.
+"""Reconcile job read throughput: kdiv's data source and Spark's kafka source against a plain confluent-kafka read.
 
     python bench/reconcile.py [--sizes 100000,1000000] [--records N] [--partitions 4]
                               [--repeat 3] [--batch-records 5000] [--max-records-per-split 500000]
@@ -18,15 +18,17 @@ the start of each partition) is read by each stage, --repeat times, interleaved:
                job's kind of aggregation, the latest record per key (groupBy key: max offset,
                count), collected to the driver. Its result is checked: every record counted once,
                every key found.
+  sparksource  the same through Spark's own kafka source (`source="spark"`: the connector
+               `kdiv fetch-jars` cached, which the session loads), same snapshot offsets, same check.
 
-Stages are functions in STAGES: a later stage (Spark's own kafka source, the full
-reconciliation) is one more function there.
+Stages are functions in STAGES: a later stage (the full reconciliation) is one more function there.
 
 Excluded from the throughput and reported on their own: the SparkSession's start, and the first
-data-source query of the session (Python workers start, the JVM compiles the Arrow path).
+query of each Spark source in the session (Python workers start, the JVM compiles the read path).
 
-Figures: records/min per stage and size (median of --repeat, and the best), the ratio
-datasource/plain at each size, and the scaling of each stage (records/min at the largest size
+Figures: records/min per stage and size (median of --repeat, and the best), the ratios
+datasource/plain, sparksource/plain and sparksource/datasource (the two sources in the same run)
+at each size, and the scaling of each stage (records/min at the largest size
 over records/min at the smallest). "others" is the CPU the machine spent, during the stage, on
 processes this bench did not start, as a share of all cores: well above 0 means the run shared
 the machine and its figure is low.
@@ -196,8 +198,8 @@ def stage_plain(bench: Bench, snapshot: Snapshot) -> int:
     return read
 
 
-def stage_datasource(bench: Bench, snapshot: Snapshot) -> int:
-    """kdiv's data source through Spark, latest record per key; returns the records counted."""
+def read_latest_per_key(bench: Bench, snapshot: Snapshot, source: str) -> int:
+    """The snapshot through Spark from `source`, latest record per key; returns the records counted."""
     from pyspark.sql import functions as F
 
     df = read_topics(
@@ -205,7 +207,7 @@ def stage_datasource(bench: Bench, snapshot: Snapshot) -> int:
         snapshot,
         [bench.topic],
         librdkafka=bench.librdkafka,
-        source="python",
+        source=source,
         max_records_per_split=bench.args.max_records_per_split,
         batch_records=bench.args.batch_records,
     )
@@ -216,17 +218,28 @@ def stage_datasource(bench: Bench, snapshot: Snapshot) -> int:
     expected_keys = min(max(1, bench.args.records // 4), snapshot.records_planned)
     if records != snapshot.records_planned or keys > expected_keys:
         raise BenchError(
-            f"datasource counted {records} records under {keys} keys; planned {snapshot.records_planned} "
+            f"{source} source counted {records} records under {keys} keys; planned {snapshot.records_planned} "
             f"records under at most {expected_keys} keys"
         )
     return records
 
 
+def stage_datasource(bench: Bench, snapshot: Snapshot) -> int:
+    """kdiv's data source (confluent-kafka on the executors, Arrow batches to Spark)."""
+    return read_latest_per_key(bench, snapshot, "python")
+
+
+def stage_sparksource(bench: Bench, snapshot: Snapshot) -> int:
+    """Spark's own kafka source (the connector `kdiv fetch-jars` cached), the same offsets."""
+    return read_latest_per_key(bench, snapshot, "spark")
+
+
 STAGES: dict[str, Callable[[Bench, Snapshot], int]] = {
     "plain": stage_plain,
     "datasource": stage_datasource,
+    "sparksource": stage_sparksource,
 }
-RATIOS = [("datasource", "plain")]
+RATIOS = [("datasource", "plain"), ("sparksource", "plain"), ("sparksource", "datasource")]
 
 
 # -- CPU accounting (Linux /proc) ---------------------------------------------------------------
@@ -308,11 +321,20 @@ def run(args: argparse.Namespace, bootstrap: str) -> None:
     snapshots = {size: prefix_snapshot(full, size) for size in args.sizes}
 
     print(f"SparkSession ({args.master}) start: {build_spark(bench):.1f} s")
-    cold = measure(bench, "datasource", snapshots[args.sizes[0]])
-    print(
-        f"first datasource query of the session (cold), {cold.records:,} records: {cold.seconds:.1f} s "
-        f"({cold.per_minute:,.0f} rec/min)"
-    )
+    if "sparksource" in args.stages:
+        from kdiv.reconcile.kafka_source import SparkKafkaUnavailable, resolve_source
+
+        try:
+            resolve_source(bench.spark, "spark")
+        except SparkKafkaUnavailable as missing:
+            raise BenchError(str(missing)) from None
+    for name in ("datasource", "sparksource"):
+        if name in args.stages:
+            cold = measure(bench, name, snapshots[args.sizes[0]])
+            print(
+                f"first {name} query of the session (cold), {cold.records:,} records: {cold.seconds:.1f} s "
+                f"({cold.per_minute:,.0f} rec/min)"
+            )
 
     results: dict[tuple[str, int], list[Measurement]] = {}
     for round_ in range(args.repeat):
