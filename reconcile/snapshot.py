@@ -135,10 +135,7 @@ async def plan_snapshot(
         if absent:
             raise LookupError(f"topic(s) {', '.join(map(repr, absent))} do not exist on {bootstrap}")
         tps = [
-            TopicPartition(topic, partition)
-            for topic in topics
-            if topic in known
-            for partition in sorted(known[topic])
+            TopicPartition(topic, partition) for topic in topics if topic in known for partition in sorted(known[topic])
         ]
         missing = tuple(t for t in topics if t not in known)
         starts, ends = {}, {}

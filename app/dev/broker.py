@@ -61,6 +61,9 @@ _FAST_SETTINGS: dict[str, str] = {
     "log.cleaner.min.cleanable.ratio": "0.01",
     "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     "log.retention.check.interval.ms": "1000",
+    # Nothing is deleted by age unless its topic sets retention.ms: tests and replays write
+    # records with fixed timestamps years old, which a 7-day default would delete at once.
+    "log.retention.ms": "-1",
     "log.initial.task.delay.ms": "0",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "num.partitions": "1",

@@ -84,6 +84,8 @@ log = logging.getLogger("kdiv.worker")
 
 
 PRODUCER_BATCH_BYTES = 256 * 1024
+# How stale the worker's view of its topics' partitions may get (see build_app).
+METADATA_MAX_AGE_MS = 5_000
 
 
 @dataclass
@@ -821,6 +823,9 @@ def build_app(
         broker_heartbeat_interval=settings.heartbeat_interval_s,
         broker_commit_interval=settings.commit_interval_s,
         consumer_auto_offset_reset="earliest",
+        # A watched topic deleted and created again leaves the assignment at once and comes
+        # back at the next metadata refresh: seconds, not aiokafka's default 5 minutes.
+        consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
         # aiokafka sends one batch per partition per request: at 16 KiB (the default) a
         # commit's key ledger entries took dozens of round trips while the worker waited.
         # Well under Kafka's default message.max.bytes (1 MiB).
