@@ -63,13 +63,14 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
     --debug, the traceback first)."""
     from aiokafka.errors import KafkaError
 
-    from kdiv.kafka.failures import failure_text
+    from kdiv.kafka.failures import failure_text, refusals_explained
 
     if _debugging():
         yield
         return
     try:
-        yield
+        with refusals_explained():
+            yield
     except LookupError as missing:  # no such topic or partition
         raise click.ClickException(str(missing).strip("'\"")) from None
     except (KafkaError, OSError, TimeoutError) as failed:
@@ -610,11 +611,33 @@ def broker(host: str, port: int, nodes: int, data_dir: str | None, tansu: bool) 
         raise click.ClickException(str(failed)) from None
 
 
+@main.command("wait-for-broker")
+@bootstrap_option
+@click.option("--timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Seconds to wait.")
+def wait_for_broker(bootstrap: str, timeout: float) -> None:
+    """Wait until a broker at BOOTSTRAP (PLAINTEXT) serves clients; exit 1 after --timeout.
+
+    For the development stack, whose services start together while the broker takes seconds.
+    """
+    from kdiv.dev.ports import live_brokers
+
+    addresses = [address.strip().rsplit(":", 1) for address in bootstrap.split(",") if address.strip()]
+    deadline = time.monotonic() + timeout
+    while True:
+        for host, port in addresses:
+            answer = live_brokers(host.strip("[]"), int(port))
+            if answer is not None and answer[1]:
+                return
+        if time.monotonic() >= deadline:
+            raise click.ClickException(f"no broker serving at {bootstrap} after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 @main.command("fetch-jars")
 @click.option("--maven", default="mvn", show_default=True, help="The Maven executable.")
 def fetch_jars(maven: str) -> None:
     """Fetch the Java components kdiv runs (Apache Kafka's broker, Spark's kafka connector for the
-    nightly job) into kdiv's cache, with Maven.
+    nightly job, Apicurio Registry for the registry tests) into kdiv's cache, with Maven.
 
     The one step that downloads; run it once after installing kdiv. Prints each bundle's directory.
     """
@@ -698,10 +721,11 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
 
     from aiokafka.errors import KafkaError
 
-    from kdiv.kafka.failures import failure_text
+    from kdiv.kafka.failures import failure_text, refusals_explained
 
     try:
-        code = asyncio.run(run())
+        with refusals_explained():
+            code = asyncio.run(run())
     except SettingsError as bad:
         raise click.ClickException(str(bad)) from None
     except (RegistryError, LookupError) as failed:

@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address, live_brokers
+from kdiv.dev.ports import (
+    BrokerError,
+    ensure_port_free,
+    free_port,
+    group_coordinator_ready,
+    host_for_address,
+    live_brokers,
+)
 from kdiv.maven import KAFKA_BROKER, JarsError
 
 JAVA_HOME_ENV = "JAVA_HOME"
@@ -435,7 +442,9 @@ class KafkaCluster:
                         + _quoted(node.output_tail())
                     )
             answers = [live_brokers(self.host, node.port) for node in waiting]
-            if all(answer is not None and answer[1] == expected for answer in answers):
+            if all(answer is not None and answer[1] == expected for answer in answers) and all(
+                group_coordinator_ready(self.host, node.port) for node in waiting
+            ):
                 return
             if time.monotonic() >= deadline:
                 tails = "".join(_quoted(node.output_tail()) for node in waiting)

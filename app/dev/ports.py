@@ -21,6 +21,9 @@ _API_VERSIONS_KEY = 18
 # Metadata v4 (API key 3): the oldest version Kafka 4 still answers that carries the cluster id.
 _METADATA_KEY = 3
 _METADATA_VERSION = 4
+# FindCoordinator v2 (API key 10): not flexible yet, and answered by Kafka 4.
+_FIND_COORDINATOR_KEY = 10
+_FIND_COORDINATOR_VERSION = 2
 
 
 class BrokerError(RuntimeError):
@@ -94,6 +97,22 @@ def live_brokers(host: str, port: int) -> tuple[str | None, list[int]] | None:
     except (struct.error, UnicodeDecodeError):
         return None  # a truncated or foreign answer: not a ready Kafka broker
     return cluster_id, sorted(node_ids)
+
+
+def group_coordinator_ready(host: str, port: int) -> bool:
+    """True once the broker on host:port names a coordinator for consumer groups.
+
+    The first FindCoordinator of a new cluster makes it create its offsets topic; until
+    that is done every group join fails with GroupCoordinatorNotAvailable, which clients
+    retry but log as errors. A broker is ready for groups once this answers.
+    """
+    group = b"kdiv-readiness"
+    body = struct.pack(">h", len(group)) + group + b"\x00"  # key, key type 0: a group
+    response = _request(host, port, _FIND_COORDINATOR_KEY, _FIND_COORDINATOR_VERSION, body)
+    if response is None or len(response) < 6:
+        return False
+    _throttle_ms, error_code = struct.unpack_from(">ih", response)
+    return error_code == 0
 
 
 def _request(host: str, port: int, api_key: int, api_version: int, body: bytes) -> bytes | None:
