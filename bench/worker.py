@@ -10,8 +10,10 @@ topic (compacted with --compacted: the worker then keeps its key ledger too), wr
 DIV-stamped records from P producers (P DivWriters sharing one aiokafka producer, keyed with
 Kafka's partitioner or round robin; their END_OF_SEGMENTs at close), then, per round:
 
-1. the limit: a bare aiokafka consumer (no group, every partition assigned, a getmany loop)
-   reads every record of the topic; best of --runs;
+1. the limits: a bare aiokafka consumer (no group, every partition assigned, a getmany loop)
+   reads every record of the topic, and so does a bare confluent-kafka (librdkafka) consumer
+   (consume() in batches of 10 000); best of --runs each. Ratios are to aiokafka's, which the
+   worker uses, and the summary gives kdiv's ratio to librdkafka's too;
 2. each --variants entry in a subprocess with a fresh app id and data dir, timed until its
    consumer group (group id = app id) has committed the end offset of every partition
    (AIOKafkaAdminClient.list_consumer_group_offsets every --poll-s):
@@ -205,6 +207,32 @@ async def bare_consume(bootstrap: str, ends: dict[TopicPartition, int]) -> float
         return time.perf_counter() - start
     finally:
         await consumer.stop()
+
+
+def bare_librdkafka_consume(bootstrap: str, ends: dict[TopicPartition, int]) -> float:
+    """Seconds for a group-less confluent-kafka (librdkafka) consumer to read every record up
+    to `ends`: the C client's limit, in batches of consume() as a fast Python reader would."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as LibrdkafkaPartition
+
+    total = sum(ends.values())
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"kdiv-bench-bare-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    try:
+        consumer.assign([LibrdkafkaPartition(tp.topic, tp.partition, 0) for tp in ends])
+        start = time.perf_counter()
+        read = 0
+        while read < total:
+            read += sum(1 for message in consumer.consume(num_messages=10_000, timeout=1.0) if not message.error())
+        return time.perf_counter() - start
+    finally:
+        consumer.close()
 
 
 # -- CPU accounting ---------------------------------------------------------------------------
@@ -825,14 +853,18 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
     configs = [("kdiv", batch) for batch in args.batch if "kdiv" in args.variants]
     configs += [(variant, args.batch[0]) for variant in args.variants if variant != "kdiv"]
     results: dict[tuple[str, Batch], list[WorkerRun]] = {config: [] for config in configs}
-    bare_rates = []
+    bare_rates: list[float] = []
+    librdkafka_rates: list[float] = []
     for round_ in range(args.repeat):
         # Rounds interleave the configurations, so a busy spell of the machine hits them alike.
         bare_s = min([await bare_consume(bootstrap, ends) for _ in range(args.runs)])
         bare_rates.append(total / bare_s)
+        librdkafka_s = min([bare_librdkafka_consume(bootstrap, ends) for _ in range(args.runs)])
+        librdkafka_rates.append(total / librdkafka_s)
         round_note = f", round {round_ + 1} of {args.repeat}" if args.repeat > 1 else ""
         print(
-            f"bare aiokafka consumer (no group, getmany, best of {args.runs}{round_note}): {fmt_rate(bare_rates[-1])}"
+            f"bare aiokafka consumer (no group, getmany, best of {args.runs}{round_note}): {fmt_rate(bare_rates[-1])}; "
+            f"bare confluent-kafka (librdkafka) consumer (consume() batches): {fmt_rate(librdkafka_rates[-1])}"
         )
         if round_ == 0:
             print(
@@ -850,6 +882,7 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
                 kdiv_rate = run.after_ready_rate
             report(run, bare_rates[-1], args.verbose, kdiv_rate)
     bare_rate = statistics.median(bare_rates)
+    librdkafka_rate = statistics.median(librdkafka_rates)
 
     def rate_of(run: WorkerRun) -> float:
         return run.after_ready_rate
@@ -863,6 +896,11 @@ async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_
         setting = f" (best batch setting: {best_batch})" if len(kdiv_results) > 1 else ""
         goal = 0.4 if args.compacted else 0.6
         print(f"kdiv/bare ratio{setting}: {ratio:.3f}; goal >= {goal}: {'met' if ratio >= goal else 'NOT met'}")
+        print(
+            f"kdiv/bare confluent-kafka ratio: {best_rate / librdkafka_rate:.3f} "
+            f"(librdkafka {fmt_rate(librdkafka_rate)}, aiokafka {fmt_rate(bare_rate)}: "
+            f"{bare_rate / librdkafka_rate:.3f} of it)"
+        )
     if len(configs) > 1 or args.repeat > 1:
         spread = f"median of {args.repeat} rounds, [min-max]; " if args.repeat > 1 else ""
         print(f"summary (bare aiokafka consumer: {fmt_rate(bare_rate)}; {spread}rate = after ready):")
