@@ -655,8 +655,21 @@ def fetch_jars(maven: str) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="Port.")
 @click.option("--topic", default="_schemas", show_default=True, help="The registry's log topic (Confluent's format).")
-def registry(bootstrap: str, host: str, port: int, topic: str) -> None:
+@click.option(
+    "--apicurio",
+    is_flag=True,
+    help="Run Apicurio Registry (in memory, from `kdiv fetch-jars`) instead; prints its Confluent API base URL.",
+)
+def registry(bootstrap: str, host: str, port: int, topic: str, apicurio: bool) -> None:
     """Run the development Schema Registry (Confluent REST subset, Avro) until interrupted."""
+    if apicurio:
+        from kdiv.dev.apicurio import ApicurioError, ApicurioRegistry
+
+        try:
+            ApicurioRegistry(host=host, port=port).run_forever()
+        except ApicurioError as failed:
+            raise click.ClickException(str(failed)) from None
+        return
     import logging
 
     from kdiv.dev.registry.server import serve

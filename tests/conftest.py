@@ -4,6 +4,10 @@ The broker is, in order of preference: the cluster at $KDIV_BOOTSTRAP; Apache Ka
 a container when a Docker engine answers; Apache Kafka started from the jars `kdiv
 fetch-jars` cached (kdiv.dev.broker). `KDIV_TEST_BROKER=tansu` runs the suite on the
 in-memory stand-in instead, for machines without Java; it never stands in unasked.
+
+The registry tests run twice, through `each_registry_url`: on the session's registry
+(kdiv's development registry unless $KDIV_SCHEMA_REGISTRY_URL names one) and on Apicurio
+Registry, a real one, started once from what `kdiv fetch-jars` unpacked.
 """
 
 from __future__ import annotations
@@ -83,6 +87,27 @@ def registry_url(bootstrap: str) -> Iterator[str]:
 
         with DevRegistryProcess(bootstrap) as registry:
             yield registry.url
+
+
+@pytest.fixture(scope="session")
+def apicurio_url() -> Iterator[str]:
+    """Apicurio Registry's Confluent API base URL, started once from what `kdiv fetch-jars` unpacked."""
+    from kdiv.dev.apicurio import ApicurioRegistry
+
+    with ApicurioRegistry() as registry:
+        yield registry.url
+
+
+@pytest.fixture(scope="session", params=["dev", "apicurio"])
+def registry_kind(request: pytest.FixtureRequest) -> str:
+    """Which registry `each_registry_url` is: "dev" (the session's, as `registry_url`) or "apicurio"."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def each_registry_url(registry_kind: str, request: pytest.FixtureRequest) -> str:
+    """The registry tests run once per registry: the session's and a real one, Apicurio."""
+    return request.getfixturevalue("apicurio_url" if registry_kind == "apicurio" else "registry_url")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,9 +1,11 @@
 """Java components kdiv runs beside Python, fetched by Maven from Maven Central.
 
 Each bundle is a small pom in this package (`<name>.xml`). `kdiv fetch-jars` is the one
-install step that downloads: Maven resolves the pom and copies its jars, dependencies
-included, into kdiv's cache. At run time kdiv only looks the jars up there and never
-downloads; a bundle not fetched yet is one clear error naming the command that fetches it.
+install step that downloads: Maven resolves the pom and puts what it depends on into kdiv's
+cache, either copying the jars, dependencies included, or, for a distribution (a program
+Maven Central serves as one zip), unpacking the archive. At run time kdiv only looks the
+bundle up there and never downloads; a bundle not fetched yet is one clear error naming the
+command that fetches it.
 
 The cache directory is named by the bundle, its version and a digest of its pom, so a
 changed pom is fetched anew instead of running against stale jars.
@@ -24,10 +26,11 @@ JARS_DIR_ENV = "KDIV_JARS_DIR"
 FETCH_COMMAND = "kdiv fetch-jars"
 _POM_NAMESPACE = "{http://maven.apache.org/POM/4.0.0}"
 _COMPLETE_MARKER = ".complete"
+_MARKERS = ".maven-markers"
 
 
 class JarsError(RuntimeError):
-    """A bundle's jars are not in the cache, or Maven could not fetch them."""
+    """A bundle is not in the cache, or Maven could not fetch it."""
 
 
 def cache_root() -> Path:
@@ -41,9 +44,11 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class MavenBundle:
-    """One pom of this package and the jars Maven resolved for it."""
+    """One pom of this package and what Maven resolved for it: its jars, or with
+    `distribution` the archives it depends on, unpacked."""
 
     name: str
+    distribution: bool = False
 
     @property
     def pom(self) -> Path:
@@ -68,24 +73,37 @@ class MavenBundle:
 
     def jars(self) -> list[Path]:
         """The bundle's jars, from the cache; JarsError naming the fetch command when absent."""
+        return sorted(self.home().glob("*.jar"))
+
+    def home(self) -> Path:
+        """The bundle's directory in the cache; JarsError naming the fetch command when absent."""
         if not self.is_fetched():
+            what = "distribution" if self.distribution else "jars"
             raise JarsError(
-                f"no {self.name} {self.version} jars in {self.directory}: run `{FETCH_COMMAND}` "
+                f"no {self.name} {self.version} {what} in {self.directory}: run `{FETCH_COMMAND}` "
                 "once (it needs Maven and Maven Central)"
             )
-        return sorted(self.directory.glob("*.jar"))
+        return self.directory
 
     def fetch(self, maven: str = "mvn") -> Path:
-        """Have Maven copy the bundle's runtime jars into the cache (a no-op once there)."""
+        """Have Maven copy the bundle's runtime jars, or unpack its distribution, into the
+        cache (a no-op once there)."""
         if self.is_fetched():
             return self.directory
         executable = shutil.which(maven)
         if executable is None:
-            raise JarsError(f"cannot fetch the {self.name} jars: Maven ({maven}) is not on the PATH")
+            raise JarsError(f"cannot fetch {self.name}: Maven ({maven}) is not on the PATH")
         self.directory.parent.mkdir(parents=True, exist_ok=True)
         # Copied beside the cache and renamed into place, so an interrupted fetch never
         # leaves a directory that looks complete.
         staging = Path(tempfile.mkdtemp(prefix=f".{self.name}-", dir=self.directory.parent))
+        if self.distribution:
+            # Maven marks what it unpacked under the pom's directory by default; here in the
+            # staging directory (removed below), so the installed package stays untouched.
+            markers = staging / _MARKERS
+            goal = ["dependency:unpack-dependencies", f"-DmarkersDirectory={markers}"]
+        else:
+            goal = ["dependency:copy-dependencies", "-DincludeScope=runtime"]
         try:
             result = subprocess.run(
                 [
@@ -94,9 +112,8 @@ class MavenBundle:
                     "--quiet",
                     "--file",
                     str(self.pom),
-                    "dependency:copy-dependencies",
+                    *goal,
                     f"-DoutputDirectory={staging}",
-                    "-DincludeScope=runtime",
                 ],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
@@ -106,9 +123,10 @@ class MavenBundle:
             if result.returncode != 0:
                 output = (result.stdout + result.stderr).strip().splitlines()
                 raise JarsError(
-                    f"Maven could not fetch the {self.name} {self.version} jars (exit {result.returncode}): "
+                    f"Maven could not fetch {self.name} {self.version} (exit {result.returncode}): "
                     + " | ".join(line for line in output if "ERROR" in line)[-2000:]
                 )
+            shutil.rmtree(staging / _MARKERS, ignore_errors=True)
             (staging / _COMPLETE_MARKER).write_text(f"{self.name} {self.version}\n")
             shutil.rmtree(self.directory, ignore_errors=True)
             staging.rename(self.directory)
@@ -119,4 +137,5 @@ class MavenBundle:
 
 KAFKA_BROKER = MavenBundle("kafka-broker")
 SPARK_KAFKA = MavenBundle("spark-kafka")
-BUNDLES = (KAFKA_BROKER, SPARK_KAFKA)
+APICURIO_REGISTRY = MavenBundle("apicurio-registry", distribution=True)
+BUNDLES = (KAFKA_BROKER, SPARK_KAFKA, APICURIO_REGISTRY)

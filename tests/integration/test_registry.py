@@ -1,6 +1,6 @@
-"""The registry client against a registry (the development one here; any Confluent-API
-registry through KDIV_SCHEMA_REGISTRY_URL), the development registry's `_schemas` log,
-and the client's behaviour when a registry answers badly."""
+"""The registry client against each registry (the development one, or any Confluent-API
+registry through KDIV_SCHEMA_REGISTRY_URL, and Apicurio Registry's Confluent API), the
+development registry's `_schemas` log, and the client's behaviour when a registry answers badly."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-async def registry(registry_url):
-    client = SchemaRegistry(RegistrySettings(url=registry_url))
+async def registry(each_registry_url):
+    client = SchemaRegistry(RegistrySettings(url=each_registry_url))
     yield client
     await client.close()
 
@@ -77,6 +77,23 @@ async def test_versions_grow_per_subject_and_incompatible_schemas_are_refused(re
         await registry.register(subject, record_schema(name, ("id", "long"), ("amount", "long")))
 
 
+async def test_a_schema_written_otherwise_is_the_same_schema_under_its_subject(registry, registry_kind):
+    compact = record_schema(unique("Spaced"), ("id", "long"))
+    spaced = json.dumps(json.loads(compact), indent=2)
+    subject, other = unique("spaced-value"), unique("spaced-copy-value")
+    schema_id = await registry.register(subject, compact)
+    assert await registry.register(subject, spaced) == schema_id  # found, not a version 2
+    assert [(v.subject, v.version) for v in await registry.versions_of(schema_id)] == [(subject, 1)]
+    elsewhere = await registry.register(other, spaced)
+    if registry_kind == "apicurio":
+        # Apicurio numbers schemas by their text, Confluent (and kdiv's registry) by their
+        # canonical form: under another subject the same schema written otherwise is another id.
+        assert elsewhere != schema_id
+        assert [(v.subject, v.version) for v in await registry.versions_of(elsewhere)] == [(other, 1)]
+    else:
+        assert elsewhere == schema_id
+
+
 async def test_unknown_ids_and_subjects_are_not_found(registry):
     with pytest.raises(SchemaNotFound, match="schema id 987654"):
         await registry.schema_text(987654)
@@ -84,17 +101,24 @@ async def test_unknown_ids_and_subjects_are_not_found(registry):
         await registry.versions_of(987654)
 
 
-async def test_compatibility_and_lookup_through_the_confluent_client(registry_url):
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+async def test_compatibility_and_lookup_through_the_confluent_client(each_registry_url, registry_kind):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
 
-    client = SchemaRegistryClient({"url": registry_url})
+    client = SchemaRegistryClient({"url": each_registry_url})
     name, subject = unique("Event"), unique("events-value")
     schema_id = client.register_schema(subject, Schema(record_schema(name, ("id", "long")), "AVRO"))
     assert client.lookup_schema(subject, Schema(record_schema(name, ("id", "long")), "AVRO")).schema_id == schema_id
     assert client.test_compatibility(subject, Schema(record_schema(name, ("id", "long"), ("x", "int", 0)), "AVRO"))
     assert not client.test_compatibility(subject, Schema(record_schema(name, ("id", "string")), "AVRO"))
     assert client.get_latest_version(subject).schema_id == schema_id
-    assert client.get_subjects_by_schema_id(schema_id) == [subject]
+    assert [(v.subject, v.version) for v in client.get_schema_versions(schema_id)] == [(subject, 1)]
+    if registry_kind == "apicurio":
+        # Apicurio 2.6 has no GET /schemas/ids/{id}/subjects; kdiv reads an id's subjects
+        # from /schemas/ids/{id}/versions, which it has.
+        with pytest.raises(SchemaRegistryError, match="HTTP status code 404"):
+            client.get_subjects_by_schema_id(schema_id)
+    else:
+        assert client.get_subjects_by_schema_id(schema_id) == [subject]
 
 
 def test_subject_name_strategies():

@@ -6,6 +6,9 @@ is written under application id A's changelog subject by an earlier release (its
 schema differed in documentation only, so it has its own id); the application id is
 renamed to B and the changelog copied. Worker B restores it: the ids are not under B's
 changelog subject. The check must say so, with the subjects; a repair must clear it.
+
+Each test runs on kdiv's development registry and on Apicurio Registry (`each_registry_url`);
+the workers and the check use the registry the test runs on.
 """
 
 from __future__ import annotations
@@ -94,9 +97,15 @@ def schema_incidents(live: dict, verdict: str = "SUBJECT_MISMATCH") -> list:
     return [versions for versions in live.values() if versions[-1].verdict == verdict]
 
 
-async def run_old_worker(bootstrap, topic, tmp_path, old_app):
+def registry_env(registry_url: str, **settings: str) -> dict[str, str]:
+    return {"KDIV_SCHEMA_REGISTRY_URL": registry_url, **settings}
+
+
+async def run_old_worker(bootstrap, registry_url, topic, tmp_path, old_app):
     await produce_with_faults_for(bootstrap, topic, 1.5, rate=300, fault_every=30)
-    old = WorkerProcess("old", bootstrap=bootstrap, topics=[topic], app_id=old_app, workdir=tmp_path)
+    old = WorkerProcess(
+        "old", bootstrap=bootstrap, topics=[topic], app_id=old_app, workdir=tmp_path, env=registry_env(registry_url)
+    )
     try:
         old.start()
         await wait_until_caught_up(bootstrap, old_app, topic, workers=[old], timeout=90)
@@ -107,14 +116,16 @@ async def run_old_worker(bootstrap, topic, tmp_path, old_app):
 async def renamed_after_a_run(bootstrap, registry_url, topic, tmp_path) -> tuple[str, str, str, int]:
     """(topic, A, B, the earlier release's id): A validated `topic`, then was renamed to B."""
     old_app, new_app = f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}"
-    await run_old_worker(bootstrap, topic, tmp_path, old_app)
+    await run_old_worker(bootstrap, registry_url, topic, tmp_path, old_app)
     return topic, old_app, new_app, await renamed_application(bootstrap, registry_url, old_app, new_app)
 
 
 async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_it(
-    bootstrap, registry_url, topic_factory, tmp_path
+    bootstrap, each_registry_url, topic_factory, tmp_path
 ):
-    topic, old_app, new_app, old_id = await renamed_after_a_run(bootstrap, registry_url, topic_factory(1), tmp_path)
+    topic, old_app, new_app, old_id = await renamed_after_a_run(
+        bootstrap, each_registry_url, topic_factory(1), tmp_path
+    )
 
     new = WorkerProcess(
         "new",
@@ -123,7 +134,7 @@ async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_i
         app_id=new_app,
         workdir=tmp_path,
         web_port=free_port(),
-        env={"KDIV_SCHEMA_RECHECK_S": "1"},
+        env=registry_env(each_registry_url, KDIV_SCHEMA_RECHECK_S="1"),
     )
     changelog = f"{new_app}-state-p1-changelog"
     try:
@@ -162,7 +173,7 @@ async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_i
 
         # The check, by hand: names the same finding; --repair registers and clears it.
         command = [sys.executable, "-m", "kdiv.cli", "schemas", "check", changelog, "--bootstrap", bootstrap]
-        env = {"KDIV_SCHEMA_REGISTRY_URL": registry_url, "PATH": ""}
+        env = {"KDIV_SCHEMA_REGISTRY_URL": each_registry_url, "PATH": ""}
         found = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
         assert found.returncode == 1, found.stderr
         assert f"SUBJECT_MISMATCH schema id {old_id} (first at {changelog}[0]@0" in found.stdout
@@ -185,9 +196,11 @@ async def test_a_restore_under_another_subject_is_reported_and_a_repair_clears_i
 
 
 async def test_auto_repair_registers_the_state_schema_under_the_restoring_subject(
-    bootstrap, registry_url, topic_factory, tmp_path
+    bootstrap, each_registry_url, topic_factory, tmp_path
 ):
-    topic, old_app, new_app, old_id = await renamed_after_a_run(bootstrap, registry_url, topic_factory(1), tmp_path)
+    topic, old_app, new_app, old_id = await renamed_after_a_run(
+        bootstrap, each_registry_url, topic_factory(1), tmp_path
+    )
     new = WorkerProcess(
         "new",
         bootstrap=bootstrap,
@@ -195,7 +208,7 @@ async def test_auto_repair_registers_the_state_schema_under_the_restoring_subjec
         app_id=new_app,
         workdir=tmp_path,
         web_port=free_port(),
-        env={"KDIV_SCHEMA_AUTO_REPAIR": "true", "KDIV_SCHEMA_RECHECK_S": "1"},
+        env=registry_env(each_registry_url, KDIV_SCHEMA_AUTO_REPAIR="true", KDIV_SCHEMA_RECHECK_S="1"),
     )
     try:
         new.start()
@@ -207,7 +220,7 @@ async def test_auto_repair_registers_the_state_schema_under_the_restoring_subjec
 
         versions = await wait_for(resolved)
         assert versions[0].resolved_at_ms is None and versions[0].schema_id == old_id  # reported, then resolved
-        registry = SchemaRegistry(RegistrySettings(url=registry_url))
+        registry = SchemaRegistry(RegistrySettings(url=each_registry_url))
         try:
             subjects = {v.subject for v in await registry.versions_of(old_id)}
         finally:
@@ -218,9 +231,11 @@ async def test_auto_repair_registers_the_state_schema_under_the_restoring_subjec
         new.terminate()
 
 
-async def test_watched_records_with_unknown_or_misplaced_schema_ids(bootstrap, registry_url, topic_factory, tmp_path):
+async def test_watched_records_with_unknown_or_misplaced_schema_ids(
+    bootstrap, each_registry_url, topic_factory, tmp_path
+):
     topic = topic_factory(2)
-    registry = SchemaRegistry(RegistrySettings(url=registry_url))
+    registry = SchemaRegistry(RegistrySettings(url=each_registry_url))
     name = f"Order_{uuid.uuid4().hex[:8]}"
     schema = json.dumps({"type": "record", "name": name, "fields": [{"name": "id", "type": "long"}]})
     try:
@@ -231,7 +246,12 @@ async def test_watched_records_with_unknown_or_misplaced_schema_ids(bootstrap, r
     unknown = 2_000_000_000
     app_id = f"w{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(
-        "watch", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, env={"KDIV_SCHEMA_TOPICS": topic}
+        "watch",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=app_id,
+        workdir=tmp_path,
+        env=registry_env(each_registry_url, KDIV_SCHEMA_TOPICS=topic),
     )
     writer = await DivWriter.start(bootstrap)
     try:
