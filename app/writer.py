@@ -27,6 +27,7 @@ from kdiv.clock import wall_clock_ms
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord
 from kdiv.div.wire import ChecksumType, Kind
+from kdiv.kafka.failures import refusals_explained
 from kdiv.kafka.produce import new_producer
 from kdiv.trace.header import TRACE_HEADER, encode_trace
 from kdiv.trace.sampling import Sampler, SamplingSpec
@@ -83,7 +84,13 @@ class DivWriter:
     ) -> DivWriter:
         """A writer with a producer of its own, started; `close()` stops it."""
         producer = new_producer(bootstrap_servers, security=security, **(producer_options or {}))
-        await producer.start()
+        try:
+            # A refused connection raises BrokerRefused naming why (credentials, TLS).
+            with refusals_explained(bootstrap_servers):
+                await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
         return cls(producer, owns_producer=True, **writer_options)
 
     @property

@@ -34,7 +34,7 @@ from aiokafka.errors import KafkaError
 
 from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
-from kdiv.kafka.failures import failure_text
+from kdiv.kafka.failures import failure_text, refusals_explained
 from kdiv.registry.client import RegistryError, SchemaRegistry
 from kdiv.state.tables import state_changelogs
 
@@ -182,7 +182,9 @@ class Reconciliation:
         summary: dict = {"app_id": self.settings.app_id, "started_at_ms": int(started * 1000)}
         out_dir = None
         try:
-            cluster = run_in_own_loop(discover(self.settings, wait_s=0, create_own=False))
+            # The job's first contact with Kafka: refused credentials are named here, in one line.
+            with refusals_explained(self.settings.bootstrap):
+                cluster = run_in_own_loop(discover(self.settings, wait_s=0, create_own=False))
             topics = [t.name for t in cluster.topics]
             # Changefeed topics are verified by row checksum: the DIV comparisons never see them.
             changefeed_topics = [t for t in topics if self.settings.is_changefeed(t)]

@@ -6,6 +6,12 @@ quorum, so topics can have three replicas and leaders can fail over. Settings fa
 and a laptop over throughput: no initial rebalance delay, sessions down to 1 s, small
 segments, a log cleaner and retention checks that act within seconds.
 
+Beside PLAINTEXT (clients, inter-broker) and CONTROLLER (the quorum), `listeners` adds
+client listeners that need TLS: `Listener.sasl_ssl` (SCRAM-SHA-512 over TLS, its users
+created at start through the admin API, so no password is on a command line) and
+`Listener.mutual_tls` (TLS that requires a client certificate). Certificates are PEM
+files; Kafka reads them itself (`ssl.keystore.type=PEM`), no keytool.
+
 Each node's storage is formatted with the cluster's id before its first start. Without a
 `data_dir` the cluster lives in a temporary directory removed at stop, like a fresh broker
 each time; with one, a restart keeps every topic. Nodes can be stopped, killed and started
@@ -25,11 +31,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from kdiv.dev.ports import (
     BrokerError,
@@ -47,6 +53,10 @@ _OUTPUT_TAIL_BYTES = 4000
 _STORAGE_TOOL = "kafka.tools.StorageTool"
 _SERVER_MAIN = "kafka.Kafka"
 _META_PROPERTIES = "meta.properties"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+_SCRAM_ITERATIONS = 4096
+# Names the broker keeps for its own listeners.
+_RESERVED_LISTENERS = ("PLAINTEXT", "CONTROLLER")
 
 # Broker settings for development and tests. Each is something a test or the dev stack
 # needs to see happen within seconds rather than minutes.
@@ -117,6 +127,69 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+@dataclass(frozen=True)
+class BrokerTls:
+    """The broker's side of TLS, as PEM files."""
+
+    # The broker's certificate first, then any intermediates.
+    certificate: Path
+    # Its private key, PKCS#8 ("BEGIN PRIVATE KEY" or "BEGIN ENCRYPTED PRIVATE KEY"): the
+    # only PEM key form Kafka reads.
+    key: Path
+    # The CA(s) whose client certificates the broker accepts (mutual TLS).
+    ca: Path
+    key_password: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A client listener beside PLAINTEXT; build one with `sasl_ssl` or `mutual_tls`.
+
+    `port`: node n listens on `port + n - 1`; 0 picks free ports at start. Read the
+    addresses back from `KafkaCluster.bootstrap_of(listener.name)`.
+    """
+
+    name: str
+    protocol: Literal["SSL", "SASL_SSL"]
+    tls: BrokerTls
+    port: int = 0
+    client_auth: Literal["none", "requested", "required"] = "none"
+    # SCRAM-SHA-512 users, name to password (SASL_SSL only).
+    scram_users: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def sasl_ssl(cls, tls: BrokerTls, users: Mapping[str, str], *, port: int = 0, name: str = "SASL_SSL") -> Listener:
+        """SASL SCRAM-SHA-512 over TLS for `users` (name to password)."""
+        return cls(name=name, protocol="SASL_SSL", tls=tls, port=port, scram_users=dict(users))
+
+    @classmethod
+    def mutual_tls(cls, tls: BrokerTls, *, port: int = 0, name: str = "SSL") -> Listener:
+        """TLS that refuses a client without a certificate signed by `tls.ca`."""
+        return cls(name=name, protocol="SSL", tls=tls, port=port, client_auth="required")
+
+    def settings(self, keystore: Path) -> dict[str, str]:
+        """This listener's broker settings (`listener.name.<name>.`), its keystore at `keystore`."""
+        prefix = f"listener.name.{self.name.lower()}."
+        settings = {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.tls.ca),
+            "ssl.client.auth": self.client_auth,
+        }
+        if self.tls.key_password:
+            settings["ssl.key.password"] = self.tls.key_password
+        if self.protocol == "SASL_SSL":
+            settings |= {
+                "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+                # The broker's side only: it checks clients against the credentials in the metadata log.
+                f"{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
+            }
+        return {prefix + key: value for key, value in settings.items()}
+
+
 @dataclass
 class KafkaNode:
     """One broker-and-controller process of the cluster."""
@@ -125,6 +198,8 @@ class KafkaNode:
     port: int
     controller_port: int
     directory: Path
+    # The ports of the cluster's extra listeners, by listener name.
+    listener_ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     output: IO[bytes] | None = field(default=None, repr=False)
 
@@ -158,8 +233,9 @@ class KafkaCluster:
     """Apache Kafka (KRaft) in child processes, listening on and advertising `host`.
 
     `port` is the first node's port and node n listens on `port + n - 1`; `port=0` picks
-    free ports at start (read them back from `.bootstrap`). `settings` override or add
-    broker settings for every node. Use as a context manager, or `start()` and `stop()`.
+    free ports at start (read them back from `.bootstrap`). `listeners` adds client
+    listeners with TLS or SASL (`Listener`). `settings` override or add broker settings for
+    every node. Use as a context manager, or `start()` and `stop()`.
     """
 
     def __init__(
@@ -170,10 +246,20 @@ class KafkaCluster:
         port: int = 9092,
         data_dir: str | Path | None = None,
         settings: Mapping[str, str] | None = None,
+        listeners: Sequence[Listener] = (),
         heap: str = "768m",
     ):
         if nodes < 1:
             raise BrokerError(f"a cluster needs at least one node, not {nodes}")
+        names = [listener.name.upper() for listener in listeners]
+        if len(set(names)) < len(names) or set(names) & set(_RESERVED_LISTENERS):
+            raise BrokerError(
+                f"listener names must differ from each other and from {', '.join(_RESERVED_LISTENERS)}: {names}"
+            )
+        for listener in listeners:
+            if listener.scram_users and listener.protocol != "SASL_SSL":
+                raise BrokerError(f"listener {listener.name}: SCRAM users need SASL_SSL, not {listener.protocol}")
+        self.listeners = tuple(listeners)
         self.node_count = nodes
         self.host = host
         self.port = port
@@ -191,6 +277,15 @@ class KafkaCluster:
         if not self.nodes:
             raise BrokerError("the cluster's ports are chosen at start(); start it first")
         return ",".join(f"{host_for_address(self.host)}:{node.port}" for node in self.nodes)
+
+    def bootstrap_of(self, listener: str) -> str:
+        """The bootstrap address of the extra listener named `listener`."""
+        if not self.nodes:
+            raise BrokerError("the cluster's ports are chosen at start(); start it first")
+        known = [extra.name for extra in self.listeners]
+        if listener not in known:
+            raise BrokerError(f"no listener {listener!r} in this cluster (listeners: PLAINTEXT, {', '.join(known)})")
+        return ",".join(f"{host_for_address(self.host)}:{node.listener_ports[listener]}" for node in self.nodes)
 
     @property
     def directory(self) -> Path:
@@ -238,6 +333,7 @@ class KafkaCluster:
             for node in self.nodes:
                 self._spawn(node, java, classpath, inherit_output)
             self._wait_until_serving(timeout, [node.node_id for node in self.nodes])
+            self._create_scram_users(timeout)
         except BaseException:
             self.stop()
             raise
@@ -323,19 +419,20 @@ class KafkaCluster:
     def _plan_nodes(self) -> None:
         if self.nodes:
             return  # a restart keeps each node's ports and directory
-        ports = []
-        for index in range(self.node_count):
-            if self.port == 0:
-                ports.append(free_port(self.host))
-            else:
-                ensure_port_free(self.host, self.port + index)
-                ports.append(self.port + index)
+
+        def port_of(first: int, index: int) -> int:
+            if first == 0:
+                return free_port(self.host)
+            ensure_port_free(self.host, first + index)
+            return first + index
+
         self.nodes = [
             KafkaNode(
                 node_id=index + 1,
-                port=ports[index],
+                port=port_of(self.port, index),
                 controller_port=free_port(self.host),
                 directory=self.directory / f"node-{index + 1}",
+                listener_ports={listener.name: port_of(listener.port, index) for listener in self.listeners},
             )
             for index in range(self.node_count)
         ]
@@ -345,14 +442,18 @@ class KafkaCluster:
         host = host_for_address(self.host)
         replicas = str(min(3, self.node_count))
         voters = ",".join(f"{n.node_id}@{host}:{n.controller_port}" for n in self.nodes)
+        extra = [(listener.name.upper(), listener, node.listener_ports[listener.name]) for listener in self.listeners]
+        clients = [f"PLAINTEXT://{host}:{node.port}", *(f"{name}://{host}:{port}" for name, _, port in extra)]
         base = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "controller.listener.names": "CONTROLLER",
-            "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": ",".join([*clients, f"CONTROLLER://{host}:{node.controller_port}"]),
+            "advertised.listeners": ",".join(clients),
+            "listener.security.protocol.map": ",".join(
+                ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT", *(f"{name}:{lst.protocol}" for name, lst, _ in extra)]
+            ),
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(node.log_dir),
             "offsets.topic.replication.factor": replicas,
@@ -360,7 +461,12 @@ class KafkaCluster:
             "transaction.state.log.min.isr": "1",
             "default.replication.factor": "1",
         }
+        for listener in self.listeners:
+            base |= listener.settings(self._keystore(listener))
         return {**base, **_FAST_SETTINGS, **self.settings}
+
+    def _keystore(self, listener: Listener) -> Path:
+        return self.directory / f"keystore-{listener.name.lower()}.pem"
 
     def _write_configs(self) -> None:
         for node in self.nodes:
@@ -368,6 +474,56 @@ class KafkaCluster:
             lines = [f"{key}={value}" for key, value in self.node_settings(node).items()]
             node.config_file.write_text("\n".join(lines) + "\n")
         (self.directory / "log4j2.yaml").write_text(_LOG4J2_CONFIG)
+        for listener in self.listeners:
+            # Kafka's PEM key store is one file: the key, then the certificate chain.
+            try:
+                pem = listener.tls.key.read_text() + "\n" + listener.tls.certificate.read_text()
+            except OSError as unreadable:
+                raise BrokerError(f"listener {listener.name}: cannot read its TLS files: {unreadable}") from None
+            keystore = self._keystore(listener)
+            keystore.write_text(pem)
+            keystore.chmod(0o600)
+
+    def _create_scram_users(self, timeout: float) -> None:
+        """Create or update every listener's SCRAM users, through the PLAINTEXT listener."""
+        users = {name: password for listener in self.listeners for name, password in listener.scram_users.items()}
+        if not users:
+            return
+        # Imported here: only a cluster with SCRAM users needs confluent-kafka.
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialAlteration,
+            UserScramCredentialUpsertion,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, _SCRAM_ITERATIONS)
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(name, info, password.encode()) for name, password in users.items()
+        ]
+        deadline = time.monotonic() + timeout
+        for name, future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout).items():
+            try:
+                future.result(timeout)
+            except KafkaException as failed:
+                # The error names the user, never the password.
+                raise BrokerError(f"creating SCRAM user {name!r} on {self.bootstrap} failed: {failed}") from None
+        # The controller has them once the futures resolve; a broker authenticates with them
+        # once its metadata has caught up, which the description reflects.
+        while True:
+            described = admin.describe_user_scram_credentials(list(users), request_timeout=timeout)
+            assert isinstance(described, dict)  # one future per user, as users are named
+            try:
+                if all(future.result(timeout).scram_credential_infos for future in described.values()):
+                    return
+            except KafkaException:
+                pass  # not in this broker's metadata yet
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"the SCRAM users {sorted(users)} were not visible on {self.bootstrap} in time")
+            time.sleep(_READY_POLL_INTERVAL_S)
 
     def _format_new_storage(self, java: str, classpath: str) -> None:
         existing = [_read_cluster_id(node.log_dir) for node in self.nodes]

@@ -10,8 +10,11 @@ from __future__ import annotations
 import gc
 import os
 
-from kdiv.config.settings import Settings
+from aiokafka.errors import KafkaConnectionError
+
+from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
+from kdiv.kafka.failures import failure_text, refusals_explained
 from kdiv.worker.faustcompat import check_versions
 from kdiv.worker.service import build_app
 
@@ -27,6 +30,15 @@ COLLECTOR_THRESHOLDS = (50_000, 20, 100)
 # Before anything else: kdiv corrects Faust internals only of the releases it was tested with.
 check_versions()
 gc.set_threshold(*COLLECTOR_THRESHOLDS)
-settings = Settings.from_env(os.environ)
-cluster = run_in_own_loop(discover(settings))
+# One line, not a traceback: a bad setting or a broker that refuses the worker's credentials
+# is for the operator to fix.
+try:
+    settings = Settings.from_env(os.environ)
+except SettingsError as bad:
+    raise SystemExit(f"kdiv worker: {bad}") from None
+try:
+    with refusals_explained():
+        cluster = run_in_own_loop(discover(settings))
+except KafkaConnectionError as failed:
+    raise SystemExit(f"kdiv worker: Kafka at {settings.bootstrap}: {failure_text(failed)}") from None
 app, worker = build_app(settings, cluster)

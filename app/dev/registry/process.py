@@ -17,9 +17,13 @@ def free_port() -> int:
 
 
 class DevRegistryProcess:
-    def __init__(self, bootstrap: str, topic: str = "_schemas", port: int | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str = "_schemas", port: int | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        # The registry's environment (KDIV_SECURITY_PROTOCOL and the like); default: ours.
+        self.env = env
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -40,6 +44,7 @@ class DevRegistryProcess:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            env=self.env,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
