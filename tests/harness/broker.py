@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import random
 import signal
+import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -21,6 +22,26 @@ from kdiv.offline.jsonl import record_to_line
 from kdiv.worker.incidents import Incident
 from kdiv.writer import DivWriter
 from tests.harness.processes import WorkerProcess
+
+
+def port_is_bindable(host: str, port: int) -> bool:
+    """True if nothing listens on host:port (a stopped broker's TIME_WAIT leftovers aside)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+async def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
 
 
 async def exact_end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

@@ -6,7 +6,6 @@ import uuid
 from collections import Counter
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from kdiv.config.security import PLAINTEXT
 from kdiv.config.settings import Settings
@@ -16,20 +15,11 @@ from kdiv.div.wire import readable_div_header
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.discovery import discover
 from kdiv.writer import DivWriter
-from tests.harness.broker import wait_until_caught_up
+from tests.harness.broker import delete_topic, wait_until_caught_up
 from tests.harness.processes import WorkerProcess
 from tests.integration.test_reconcile_job import found_in, reconcile_in_process
 
 pytestmark = pytest.mark.broker
-
-
-async def delete_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([topic])
-    finally:
-        await admin.close()
 
 
 async def faults_in(bootstrap: str, topic: str):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,20 +15,11 @@ from aiokafka import AIOKafkaClient
 from kdiv.dev.ports import BrokerError
 from kdiv.dev.tansu import TANSU_BIN_ENV, TansuBroker, tansu_binary
 from kdiv.kafka.tansu import fetch_cluster_id
+from tests.harness.broker import port_is_bindable
 
 pytestmark = pytest.mark.broker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _port_is_bindable(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 async def test_started_broker_answers_kafka_clients_at_its_advertised_address():
@@ -60,12 +50,12 @@ def test_second_broker_on_the_same_port_fails_with_a_clear_error():
 def test_stop_waits_for_exit_and_frees_the_port():
     broker = TansuBroker(port=0).start()
     port = broker.port
-    assert not _port_is_bindable("127.0.0.1", port)
+    assert not port_is_bindable("127.0.0.1", port)
 
     broker.stop()
 
     assert not broker.running
-    assert _port_is_bindable("127.0.0.1", port)
+    assert port_is_bindable("127.0.0.1", port)
     broker.stop()  # idempotent
     # The freed port takes a new broker at once.
     with TansuBroker(port=port) as successor:
@@ -122,11 +112,11 @@ def test_run_forever_prints_the_address_and_stops_on_sigterm():
         address = process.stdout.readline().strip()
         host, port = address.rsplit(":", 1)
         assert host == "127.0.0.1"
-        assert not _port_is_bindable(host, int(port))
+        assert not port_is_bindable(host, int(port))
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0, process.stderr.read() if process.stderr else ""
-        assert _port_is_bindable(host, int(port))
+        assert port_is_bindable(host, int(port))
     finally:
         if process.poll() is None:
             process.kill()

@@ -11,7 +11,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,21 +31,12 @@ from kdiv.kafka.discovery import discover
 from kdiv.kafka.topics import create_topic
 from kdiv.maven import JARS_DIR_ENV, KAFKA_BROKER
 from tests.conftest import run_coroutine
+from tests.harness.broker import delete_topic, port_is_bindable
 
 pytestmark = pytest.mark.broker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KDIV = [sys.executable, "-m", "kdiv"]
-
-
-def _port_is_bindable(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 async def _produce(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]], **config) -> None:
@@ -164,20 +154,11 @@ def test_the_log_cleaner_compacts_a_rolled_segment_within_seconds(bootstrap, top
     try:
         records = run_coroutine(scenario())
     finally:
-        run_coroutine(_delete(bootstrap, topic))
+        run_coroutine(delete_topic(bootstrap, topic))
     latest = {key: value for _, key, value in records}
     assert latest == {**{f"k{i}".encode(): f"v{45 + i}".encode() for i in range(5)}, b"roll": b"roll"}
     # The latest value of every key survives, at its original offset.
     assert [offset for offset, key, _ in records if key != b"roll"] == list(range(45, 50))
-
-
-async def _delete(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([topic])
-    finally:
-        await admin.close()
 
 
 def test_without_a_java_runtime_the_broker_fails_in_one_clear_line(tmp_path):
@@ -229,7 +210,7 @@ def test_kdiv_broker_prints_where_it_listens_and_stops_cleanly_on_sigterm():
         stderr = process.stderr.read() if process.stderr else ""
         assert f"Apache Kafka {KAFKA_BROKER.version} (KRaft, 1 node, cluster " in stderr
         assert f"listening on {address}" in stderr
-        assert _port_is_bindable(host, int(port))
+        assert port_is_bindable(host, int(port))
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -298,4 +279,4 @@ def test_tansu_workarounds_never_fire_on_apache_kafka(apache_kafka, monkeypatch,
         assert [str(url) for url in app.conf.broker] == [f"kdiv://{apache_kafka}"]
         assert aiokafka_sender.InitPIDHandler is own_init_pid_handler
     finally:
-        run_coroutine(_delete(apache_kafka, topic))
+        run_coroutine(delete_topic(apache_kafka, topic))
