@@ -136,9 +136,9 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
     for args, says in (
         (["dump", "kdiv-no-such-topic", "--bootstrap", bootstrap], "topic 'kdiv-no-such-topic' does not exist"),
         (["validate", "kdiv-no-such-topic", "--bootstrap", bootstrap], "topic 'kdiv-no-such-topic' does not exist"),
-        (["dump", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
-        (["validate", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
-        (["registry", "--bootstrap", "127.0.0.1:1", "--port", "0"], "Kafka at 127.0.0.1:1: KafkaConnectionError"),
+        (["dump", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: ConnectionRefusedError"),
+        (["validate", "t", "--bootstrap", "127.0.0.1:1"], "Kafka at 127.0.0.1:1: ConnectionRefusedError"),
+        (["registry", "--bootstrap", "127.0.0.1:1", "--port", "0"], "Kafka at 127.0.0.1:1: ConnectionRefusedError"),
     ):
         done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, (args, done.stderr)
@@ -148,7 +148,7 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
     done = subprocess.run(
         [*cli, "schemas", "check", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 2 and "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in done.stderr, done.stderr
+    assert done.returncode == 2 and "error: Kafka at 127.0.0.1:1: ConnectionRefusedError" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     debugged = subprocess.run(
         [*cli, "--debug", "dump", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True
