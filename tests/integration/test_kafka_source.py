@@ -257,7 +257,10 @@ def test_a_transaction_marker_at_the_end_neither_stalls_nor_lets_later_records_i
     for i in range(5):
         producer.produce(topic, value=b"v%d" % i, key=b"k", partition=0)
     producer.commit_transaction(10)
-    snapshot = take_snapshot(bootstrap, [topic])
+    # Apache Kafka writes the commit marker after the commit returns: wait until it is there.
+    deadline = time.monotonic() + 10
+    while (snapshot := take_snapshot(bootstrap, [topic])).ranges[0].end < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
     (planned,) = snapshot.ranges
     # The commit marker takes the last offset: no record sits at end - 1.
     assert planned.end == 6
