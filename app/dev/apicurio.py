@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from kdiv import maven
 from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address
 from kdiv.maven import APICURIO_REGISTRY, JarsError
 
@@ -42,21 +43,11 @@ class ApicurioError(RuntimeError):
 
 
 def java_executable() -> str:
-    """`$JAVA_HOME/bin/java`, else `java` on the PATH; ApicurioError in one line when neither."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-        raise ApicurioError(f"$JAVA_HOME={java_home} holds no bin/java: Apicurio Registry needs a Java 17+ runtime")
-    on_path = shutil.which("java")
-    if on_path is None:
-        raise ApicurioError(
-            "no Java runtime (java not on the PATH, JAVA_HOME unset): Apicurio Registry needs Java 17+ "
-            "(Debian: apt-get install openjdk-17-jre-headless); without one, `kdiv registry` runs "
-            "kdiv's development registry"
-        )
-    return on_path
+    """The Java runtime the registry runs on; ApicurioError in one line when there is none."""
+    try:
+        return maven.java_executable("Apicurio Registry", "`kdiv registry` runs kdiv's development registry")
+    except maven.JavaMissing as missing:
+        raise ApicurioError(str(missing)) from None
 
 
 class ApicurioRegistry:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
+from kdiv import maven
 from kdiv.dev.ports import (
     BrokerError,
     ensure_port_free,
@@ -47,7 +48,6 @@ from kdiv.dev.ports import (
 )
 from kdiv.maven import KAFKA_BROKER, JarsError
 
-JAVA_HOME_ENV = "JAVA_HOME"
 _READY_POLL_INTERVAL_S = 0.1
 _OUTPUT_TAIL_BYTES = 4000
 _STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -105,21 +105,11 @@ Configuration:
 
 
 def java_executable() -> str:
-    """`$JAVA_HOME/bin/java`, else `java` on the PATH; BrokerError in one line when neither."""
-    java_home = os.environ.get(JAVA_HOME_ENV)
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-        raise BrokerError(f"${JAVA_HOME_ENV}={java_home} holds no bin/java: Apache Kafka needs a Java 17+ runtime")
-    on_path = shutil.which("java")
-    if on_path is None:
-        raise BrokerError(
-            "no Java runtime (java not on the PATH, JAVA_HOME unset): Apache Kafka needs Java 17+ "
-            "(Debian: apt-get install openjdk-17-jre-headless); without one, `kdiv broker --tansu` "
-            "runs the in-memory stand-in"
-        )
-    return on_path
+    """The Java runtime the broker runs on; BrokerError in one line when there is none."""
+    try:
+        return maven.java_executable("Apache Kafka", "`kdiv broker --tansu` runs the in-memory stand-in")
+    except maven.JavaMissing as missing:
+        raise BrokerError(str(missing)) from None
 
 
 def new_cluster_id() -> str:

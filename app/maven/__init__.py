@@ -29,6 +29,28 @@ _COMPLETE_MARKER = ".complete"
 _MARKERS = ".maven-markers"
 
 
+class JavaMissing(RuntimeError):
+    """No Java runtime to run a bundle with."""
+
+
+def java_executable(program: str, without_java: str) -> str:
+    """`$JAVA_HOME/bin/java`, else `java` on the PATH; JavaMissing in one line naming `program`
+    and what to do `without_java` when neither is there."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+        raise JavaMissing(f"$JAVA_HOME={java_home} holds no bin/java: {program} needs a Java 17+ runtime")
+    on_path = shutil.which("java")
+    if on_path is None:
+        raise JavaMissing(
+            f"no Java runtime (java not on the PATH, JAVA_HOME unset): {program} needs Java 17+ "
+            f"(Debian: apt-get install openjdk-17-jre-headless); without one, {without_java}"
+        )
+    return on_path
+
+
 class JarsError(RuntimeError):
     """A bundle is not in the cache, or Maven could not fetch it."""
 
