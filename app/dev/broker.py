@@ -529,8 +529,8 @@ class KafkaCluster:
                     *self._java_command(java, classpath, quick=True),
                     _STORAGE_TOOL,
                     "format",
-                    "--cluster-id",
-                    self.cluster_id or "",
+                    # One argument: a cluster id may start with "-", which argparse would take for an option.
+                    f"--cluster-id={self.cluster_id}",
                     "--config",
                     str(node.config_file),
                 ],

@@ -24,7 +24,7 @@ from aiokafka.producer import sender as aiokafka_sender
 
 import kdiv.kafka.tansu as tansu_workarounds
 from kdiv.config.settings import Settings
-from kdiv.dev.broker import KafkaCluster
+from kdiv.dev.broker import KafkaCluster, new_cluster_id
 from kdiv.dev.ports import live_brokers
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.discovery import discover
@@ -131,6 +131,14 @@ def test_a_cluster_with_a_data_dir_keeps_its_topics_across_a_restart(tmp_path):
     with KafkaCluster(port=0, data_dir=data_dir) as second:
         assert second.cluster_id == cluster_id
         assert [(k, v) for _, k, v in run_coroutine(_read_all(second.bootstrap, "kept"))] == written
+
+
+def test_a_cluster_id_starting_with_a_dash_is_formatted_as_an_id(monkeypatch):
+    # One id in 64 starts with "-": the storage tool must not read it as an option.
+    dashed = "-" + new_cluster_id()[1:]
+    monkeypatch.setattr("kdiv.dev.broker.new_cluster_id", lambda: dashed)
+    with KafkaCluster(port=0) as cluster:
+        assert live_brokers("127.0.0.1", cluster.nodes[0].port) == (dashed, [1])
 
 
 def test_the_log_cleaner_compacts_a_rolled_segment_within_seconds(bootstrap, topic_factory):
