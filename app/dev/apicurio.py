@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from kdiv import maven
-from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address
+from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address, wait_or_kill
 from kdiv.maven import APICURIO_REGISTRY, JarsError
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -150,11 +150,7 @@ class ApicurioRegistry:
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
             process.terminate()
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            wait_or_kill(process, timeout)
         if self._output is not None:
             self._output.close()
             self._output = None

@@ -45,6 +45,7 @@ from kdiv.dev.ports import (
     group_coordinator_ready,
     host_for_address,
     live_brokers,
+    wait_or_kill,
 )
 from kdiv.maven import KAFKA_BROKER, JarsError
 
@@ -603,11 +604,7 @@ class KafkaCluster:
     def _reap(self, node: KafkaNode, timeout: float) -> None:
         process, node.process = node.process, None
         if process is not None and process.poll() is None:
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            wait_or_kill(process, timeout)
         if node.output is not None:
             node.output.close()
             node.output = None

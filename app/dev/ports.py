@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
+import subprocess
 
 _PROBE_TIMEOUT_S = 1.0
 _PROBE_CORRELATION_ID = 0x6B646976
@@ -28,6 +29,15 @@ _FIND_COORDINATOR_VERSION = 2
 
 class BrokerError(RuntimeError):
     """A development broker could not be found, installed or started."""
+
+
+def wait_or_kill(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait up to `timeout` for a signalled broker process to exit, then SIGKILL it and reap it."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def host_for_address(host: str) -> str:

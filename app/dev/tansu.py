@@ -23,7 +23,14 @@ import time
 from pathlib import Path
 from typing import IO
 
-from kdiv.dev.ports import BrokerError, answers_kafka_api_versions, ensure_port_free, free_port, host_for_address
+from kdiv.dev.ports import (
+    BrokerError,
+    answers_kafka_api_versions,
+    ensure_port_free,
+    free_port,
+    host_for_address,
+    wait_or_kill,
+)
 
 TANSU_BIN_ENV = "CALF_TANSU_BIN"
 # Passed explicitly so a stray CLUSTER_ID in the environment cannot hide the broker from
@@ -155,11 +162,7 @@ class TansuBroker:
             atexit.unregister(self.stop)
             if process.poll() is None:
                 process.terminate()
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                wait_or_kill(process, timeout)
         if self._output is not None:
             self._output.close()
             self._output = None
