@@ -321,11 +321,22 @@ class DataIntegrityValidator:
         eop = not inside_push
         lag_ms = self._topic_policy(record.topic).compaction_lag_ms
 
-        def tolerate_compacted_gap() -> bool:
-            # Compaction may have removed superseded records once they are min.compaction.lag.ms old.
-            return lag_ms is not None and now_ms - record.timestamp >= lag_ms
-
         before = tracker.segment(header.guid) if self._exact else None
+        # The producer's record before this one: a gap's first missing record came after it.
+        previous_ts = before.last_producer_ts if before is not None else -1
+        previous_seq = before.sequence_number if before is not None else -1
+
+        def tolerate_compacted_gap() -> bool:
+            # Compaction may have removed superseded records once they are min.compaction.lag.ms
+            # old. Venice asks that of the incoming record. The exact semantics asks it of the
+            # oldest record that can be missing, the one after the producer's previous record:
+            # a gap closed by a fresh record may still be old records the cleaner removed.
+            if lag_ms is None:
+                return False
+            if now_ms - record.timestamp >= lag_ms:
+                return True
+            return previous_ts >= 0 and now_ms - previous_ts >= lag_ms
+
         seen = exact.look(before, header.segment, header.seq) if before is not None else None
         verdict = Verdict.OK
         detail = ""
@@ -345,6 +356,17 @@ class DataIntegrityValidator:
         after = tracker.segment(header.guid)
         if after is not None and record.offset > after.last_offset:
             after.last_offset = record.offset
+        if (
+            after is before
+            and after is not None
+            and lag_ms is not None
+            and verdict is Verdict.OK
+            and header.seq > previous_seq + 1
+            and after.checksum is not None
+        ):
+            # A gap excused as compaction: the segment's checksum now misses the removed
+            # records' share, so its END_OF_SEGMENT can no longer be checked against it.
+            after.checksum = None
         gap = None
         venice_verdict = verdict
         if seen is not None and after is not None:

@@ -1,0 +1,130 @@
+"""Real log compaction under a running worker (Apache Kafka's cleaner, not a simulation).
+
+Compaction removes superseded records of a key once they are `min.compaction.lag.ms` old, so
+the producers' sequence gaps it leaves are no fault; a gap among records younger than that
+lag cannot be compaction's doing and is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from kdiv.kafka.topics import create_topic
+from kdiv.writer import DivWriter
+from tests.harness.broker import exact_end_offsets, read_incidents, wait_until_caught_up
+from tests.harness.processes import WorkerProcess
+
+KEYS = 20
+LAG_MS = 8000
+
+
+async def create_compacted(bootstrap: str, topic: str, partitions: int, lag_ms: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        config = {
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": str(lag_ms),
+            # A segment rolls a second after its first record, so the cleaner has closed
+            # segments to work on; it never compacts the active one.
+            "segment.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.01",
+        }
+        await create_topic(admin, NewTopic(topic, partitions, 1, topic_configs=config))
+    finally:
+        await admin.close()
+
+
+def described(incident) -> str:
+    return (
+        f"{incident.verdict} {incident.producer[:8]} seg {incident.segment} seq {incident.seq} "
+        f"@{incident.offset}: {incident.detail}"
+    )
+
+
+async def records_in(bootstrap: str, topic: str, partition: int) -> list[int]:
+    """The offsets the partition holds now, from its log start to its end."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        offsets: list[int] = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            offsets.extend(record.offset for record in batch.get(tp, []))
+        return offsets
+    finally:
+        await consumer.stop()
+
+
+async def wait_compacted(bootstrap: str, topic: str, partition: int, written: int, timeout: float = 60) -> list[int]:
+    """Wait until the cleaner has removed records from the partition; its offsets then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        offsets = await records_in(bootstrap, topic, partition)
+        if len(offsets) < written:
+            return offsets
+        assert time.monotonic() < deadline, f"{topic} was not compacted in {timeout} s ({len(offsets)} records)"
+        await asyncio.sleep(0.5)
+
+
+async def test_gaps_compaction_explains_are_no_incident_and_a_fresh_gap_is_missing(bootstrap, tmp_path):
+    topic = f"compacted-{uuid.uuid4().hex[:8]}"
+    await create_compacted(bootstrap, topic, 1, LAG_MS)
+    app_id = f"compaction-{uuid.uuid4().hex[:8]}"
+    writers = [await DivWriter.start(bootstrap, producer_options={"acks": "all"}) for _ in range(3)]
+    worker = WorkerProcess("w", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+    try:
+        # Every key updated over and over, by three producers, across several segments.
+        written = 0
+        for round_ in range(4):
+            for i in range(300):
+                writer = writers[i % 3]
+                await writer.send(topic, b"v%d-%d" % (round_, i), key=b"key-%d" % (i % KEYS), partition=0)
+                written += 1
+            for writer in writers:
+                await writer.flush()
+            await asyncio.sleep(1.1)
+        # The next records roll the segment; once the others are LAG_MS old the cleaner compacts them.
+        await asyncio.sleep(LAG_MS / 1000)
+        for writer in writers:
+            await writer.send(topic, b"roll", key=b"key-0", partition=0)
+            await writer.flush()
+        written += 3 + 3  # and each producer's START_OF_SEGMENT
+        held = await wait_compacted(bootstrap, topic, 0, written)
+        assert len(held) < written / 2, len(held)
+
+        worker.start()
+        await worker.wait_ready()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker])
+        incidents = await read_incidents(bootstrap, app_id)
+        assert incidents == {}, [described(versions[-1]) for versions in incidents.values()]
+
+        # Their END_OF_SEGMENTs carry checksums over records the cleaner removed: no CORRUPT.
+        for writer in (writers[0], writers[2]):
+            await writer.end_segments(topic)
+
+        # A gap among fresh records: compaction cannot have made it (they are younger than
+        # the lag), so it is loss.
+        lossy = writers[1]
+        (dropped,) = lossy.stamper.data(topic, 0, b"key-lost", b"never sent", lossy.clock_ms(), ())
+        lost_seq = lossy.stamper._segments[(topic, 0)].next_seq - 1
+        await lossy.send(topic, b"after the gap", key=b"key-1", partition=0)
+        await lossy.flush()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker])
+        incidents = await read_incidents(bootstrap, app_id)
+        found = [(i[-1].verdict, i[-1].producer, i[-1].seq) for i in incidents.values()]
+        ends = await exact_end_offsets(bootstrap, topic)
+        assert found == [("MISSING", lossy.guid.hex(), lost_seq)], (found, ends)
+    finally:
+        for writer in writers:
+            await writer.close()
+        worker.terminate()
