@@ -12,7 +12,6 @@ record whose schema id was not handed in yet is not verified (`missing_schemas` 
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
@@ -24,6 +23,7 @@ from kdiv.ticdc.avro import AvroChecksumVerifier
 from kdiv.ticdc.checksum import NO_KEY, ChecksumResult, ChecksumVerdict
 from kdiv.ticdc.simple import SimpleChecksumVerifier
 from kdiv.ticdc.timestamps import TimestampMode, parse_timestamp_mode
+from kdiv.untrusted import parse_json
 
 AVRO: Final = "avro"
 SIMPLE: Final = "simple"
@@ -82,7 +82,7 @@ class WriterSchemas:
             self._errors[schema_id] = f"schema id {schema_id} is unknown to the registry"
             return
         try:
-            self._parsed[schema_id] = fastavro.parse_schema(json.loads(text))
+            self._parsed[schema_id] = fastavro.parse_schema(parse_json(text))
         except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as bad:
             self._errors[schema_id] = f"schema id {schema_id} is not a usable Avro schema: {bad}"
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from kdiv.div.exact import GapReport
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import ValidationResult
+from kdiv.untrusted import UntrustedJSONError, parse_json
 
 if TYPE_CHECKING:  # `kdiv check` without --ticdc loads no Avro library
     from kdiv.changefeed.verify import RowVerdict
@@ -81,9 +82,9 @@ def _record_from_obj(obj) -> ConsumedRecord:
 
 def parse_record(line: str, source: str, lineno: int) -> ConsumedRecord:
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as bad:
-        raise InputError(f"{source}:{lineno}: not JSON: {bad.msg} at column {bad.colno}") from None
+        obj = parse_json(line)
+    except UntrustedJSONError as bad:
+        raise InputError(f"{source}:{lineno}: {bad}") from None
     try:
         return _record_from_obj(obj)
     except ValueError as bad:

@@ -26,6 +26,8 @@ import avro.errors
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
+from kdiv.untrusted import UntrustedJSONError, parse_json
+
 LEVELS = (
     "NONE",
     "BACKWARD",
@@ -81,10 +83,10 @@ class SchemaLogState:
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """Replay one `_schemas` record. Records this registry does not use are counted."""
         try:
-            parsed_key: Any = json.loads(key) if key else None
+            parsed_key: Any = parse_json(key) if key else None
             # JSON from the log: its shape is checked where it is used.
-            parsed_value: Any = json.loads(value) if value else None
-        except ValueError:
+            parsed_value: Any = parse_json(value) if value else None
+        except UntrustedJSONError:
             self.ignored_records += 1
             return
         keytype = parsed_key.get("keytype") if isinstance(parsed_key, dict) else None
@@ -261,8 +263,8 @@ def parse_avro(schema: str) -> avro.schema.Schema:
 def canonical(schema: str) -> str:
     """Schema text with formatting and object key order removed; field order is kept."""
     try:
-        return json.dumps(json.loads(schema), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+        return json.dumps(parse_json(schema), sort_keys=True, separators=(",", ":"))
+    except UntrustedJSONError:
         return schema.strip()
 
 

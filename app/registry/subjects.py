@@ -12,7 +12,6 @@ registry is left alone for a backoff period, so a dead registry costs nothing pe
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from kdiv.registry.client import (
     SchemaRegistry,
     expected_subject,
 )
+from kdiv.untrusted import UntrustedJSONError, parse_json
 
 SCHEMA_UNKNOWN = "SCHEMA_UNKNOWN"
 SUBJECT_MISMATCH = "SUBJECT_MISMATCH"
@@ -40,8 +40,8 @@ class SchemaIdInfo:
 def record_name_of(schema_text: str) -> str | None:
     """The full name of a record schema (what Record/TopicRecordNameStrategy name subjects by)."""
     try:
-        schema = json.loads(schema_text)
-    except ValueError:
+        schema = parse_json(schema_text)
+    except UntrustedJSONError:
         return None
     if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(schema.get("name"), str):
         return None

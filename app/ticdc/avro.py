@@ -46,6 +46,7 @@ from kdiv.ticdc.checksum import (
     parse_expected,
 )
 from kdiv.ticdc.timestamps import TimestampMode, UtcRenderings, is_utc, load_zone, parse_timestamp_mode
+from kdiv.untrusted import UntrustedJSONError, parse_json
 
 OP_FIELD: Final = "_tidb_op"
 COMMIT_TS_FIELD: Final = "_tidb_commit_ts"
@@ -161,8 +162,8 @@ class AvroChecksumVerifier:
         schema = writer_schema
         if isinstance(schema, str | bytes):
             try:
-                schema = json.loads(schema)
-            except ValueError as bad:
+                schema = parse_json(schema)
+            except UntrustedJSONError as bad:
                 return AvroRowPlan(None, (), f"writer schema is not JSON: {bad}")
         if not isinstance(schema, Mapping) or schema.get("type") != "record":
             return AvroRowPlan(None, (), "writer schema is not an Avro record")

@@ -15,7 +15,6 @@ or not).
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from kdiv.ticdc.timestamps import (
     load_zone,
     parse_timestamp_mode,
 )
+from kdiv.untrusted import UntrustedJSONError, parse_json
 
 DML_TYPES: Final = frozenset({"INSERT", "UPDATE", "DELETE"})
 _DEFAULT_MAX_PENDING = 10_000
@@ -201,11 +201,9 @@ def parse_message(message: bytes | bytearray | memoryview | str | Mapping[str, A
     """The message as a mapping: JSON decoded, Avro `payload` unwrapped. ValueError when it is neither."""
     if isinstance(message, bytes | bytearray | memoryview | str):
         try:
-            decoded = json.loads(bytes(message) if isinstance(message, memoryview) else message)
-        except ValueError as bad:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            decoded = parse_json(message)
+        except UntrustedJSONError as bad:
             raise ValueError(f"not a JSON message: {bad}") from None
-        except RecursionError:
-            raise ValueError("not a JSON message: nested too deeply") from None
     else:
         decoded = message
     if not isinstance(decoded, Mapping):

@@ -12,13 +12,14 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import cast
 
 from kdiv.changefeed.verify import RowVerdict, fault_detail, key_columns
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
 from kdiv.trace.judge import TraceOutcome, TraceVerdict
+from kdiv.untrusted import json_object, type_name
 from kdiv.worker.live import Rewind
 
 NOT_FAULTS = frozenset({Verdict.OK, Verdict.UNTRACKED})
@@ -128,15 +129,65 @@ class Incident:
 
     @classmethod
     def from_value(cls, value: bytes) -> Incident:
-        """An incident read back from the incidents topic; ValueError when it is not one."""
-        fields = json.loads(value)
-        if fields.get("registered_subjects") is not None:
-            fields["registered_subjects"] = tuple(fields["registered_subjects"])
-        if isinstance(fields.get("row_key"), dict):
-            fields["row_key"] = tuple(fields["row_key"].items())
-        return cls(**fields)
+        """An incident read back from the incidents topic, every field checked against its
+        type; ValueError naming the first that is wrong (anyone can write to the topic)."""
+        fields = json_object(value, "incident")
+        unknown = sorted(fields.keys() - _FIELD_TYPES.keys())
+        if unknown:
+            raise ValueError(f"incident has unknown field(s) {', '.join(map(repr, unknown))}")
+        missing = [name for name in _REQUIRED if name not in fields]
+        if missing:
+            raise ValueError(f"incident lacks field(s) {', '.join(missing)}")
+        checked: dict[str, object] = {}
+        for name, raw in fields.items():
+            kind = _FIELD_TYPES[name]
+            if raw is None and name not in _REQUIRED:
+                checked[name] = None
+            elif kind is int:
+                # JSON true is a Python int too; an incident's numbers never are booleans.
+                if not isinstance(raw, int) or isinstance(raw, bool):
+                    raise ValueError(f"incident field {name} is {type_name(raw)} {_shown(raw)}, not an integer")
+                checked[name] = raw
+            elif kind is str:
+                if not isinstance(raw, str):
+                    raise ValueError(f"incident field {name} is {type_name(raw)} {_shown(raw)}, not a string")
+                checked[name] = raw
+            elif name == "registered_subjects":
+                if not isinstance(raw, list) or not all(isinstance(s, str) for s in raw):
+                    raise ValueError(f"incident field registered_subjects is {_shown(raw)}, not a list of strings")
+                checked[name] = tuple(raw)
+            else:  # row_key: {column: value}, or the [[column, value], ...] pairs asdict gives
+                checked[name] = _row_key(raw)
+        return cls(**checked)  # type: ignore[arg-type]  # each field checked above
 
 
+def _shown(raw: object, limit: int = 40) -> str:
+    text = repr(raw)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _row_key(raw: object) -> tuple[tuple[str, object], ...]:
+    if isinstance(raw, dict):
+        pairs: list = list(raw.items())
+    elif isinstance(raw, list):
+        pairs = raw
+    else:
+        raise ValueError(f"incident field row_key is {type_name(raw)} {_shown(raw)}, not an object")
+    row_key = []
+    for pair in pairs:
+        if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise ValueError(f"incident field row_key holds {_shown(pair)}, not a column and its value")
+        if not isinstance(pair[1], str | int | float | bool | None):
+            raise ValueError(f"incident field row_key's column {pair[0]!r} is {type_name(pair[1])}, not a value")
+        row_key.append((pair[0], pair[1]))
+    return tuple(row_key)
+
+
+# What `from_value` checks, from the annotations ("int", "str | None", "tuple[...] | None").
+_FIELD_TYPES: dict[str, type] = {
+    f.name: {"int": int, "str": str, "tuple": tuple}[str(f.type).split("[")[0].split(" ")[0]] for f in fields(Incident)
+}
+_REQUIRED = frozenset(f.name for f in fields(Incident) if not str(f.type).endswith("| None"))
 _TRACE_FIELDS = ("route", "trace_id", "hop", "group")
 _ROW_FIELDS = ("table", "row_key", "row_image", "commit_ts", "expected_checksum", "computed_checksum")
 # A corrupt row reached the changefeed's consumers; a message kdiv cannot read is a warning.
