@@ -40,6 +40,7 @@ from matplotlib.ticker import MaxNLocator
 from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
+from kdiv.clock import LAST_RENDERABLE_MS, renderable_ms
 from kdiv.reconcile.findings import (
     CHECKSUM_CLASSES,
     CHECKSUM_FIELDS,
@@ -313,7 +314,9 @@ class _Timeline:
 
 def _timeline(findings: DataFrame) -> _Timeline:
     timestamp = F.col("timestamp_ms")
-    timed = timestamp >= 0
+    # A time no date can show (a producer clock gone wrong) is not plotted: it would stretch
+    # the axis past what the plot's dates hold.
+    timed = (timestamp >= 0) & (timestamp <= LAST_RENDERABLE_MS)
     stats = findings.agg(
         F.min(F.when(timed, timestamp)).alias("first"),
         F.max(F.when(timed, timestamp)).alias("last"),
@@ -534,8 +537,10 @@ def _int(value: int | None) -> str:
 
 
 def _utc(ms: int | None) -> str:
-    if ms is None or ms < 0:
+    if ms is None or (isinstance(ms, int) and ms < 0):
         return "—"
+    if not renderable_ms(ms):
+        return f"{ms} ms (out of range)"
     moment = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
 
@@ -1014,14 +1019,15 @@ def _timeline_section(timeline: _Timeline, classes: Sequence[str]) -> list[str]:
     if not timeline.counts:
         return [
             f'<p class="note">None of the {timeline.total:,} findings carries a record time '
-            "(timestamp -1), so there is nothing to plot.</p>"
+            "a date can show (timestamp -1, or out of range), so there is nothing to plot.</p>"
         ]
     lines = [_plot_timeline(timeline, classes)]
     if timeline.untimed:
         one = timeline.untimed == 1
         lines.append(
             f'<p class="note">{timeline.untimed:,} of {timeline.total:,} findings '
-            f"{'carries' if one else 'carry'} no record time (timestamp -1) and "
+            f"{'carries' if one else 'carry'} no record time (timestamp -1) or one out of the range dates "
+            "show (producer clocks gone wrong), and "
             f"{'is' if one else 'are'} not plotted.</p>"
         )
     return lines

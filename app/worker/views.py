@@ -12,15 +12,16 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from importlib import resources
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from aiohttp import ClientError, ClientTimeout, web
 from faust.web import Request, Response, View
 from yarl import URL
 
+from kdiv.clock import renderable_ms
 from kdiv.div.faults import Verdict
 from kdiv.div.segment import SegmentStatus, as_segment
 from kdiv.div.wire import ChecksumType
@@ -174,7 +175,9 @@ def _time_param(request: Request, name: str) -> int | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():  # not "²", which isdigit() takes and int() refuses
+        if len(raw) > 19:
+            raise BadRequest(f"query parameter {name}={raw[:24]}... is not a time in ms (more than 19 digits)")
         return int(raw)
     try:
         parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
@@ -189,11 +192,16 @@ def _is_hex_guid(raw: str) -> bool:
     return len(raw) == 32 and all(c in "0123456789abcdefABCDEF" for c in raw)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def iso_time(ms: int | None) -> str | None:
-    """ms since the epoch as ISO 8601 UTC, None for none (-1 or less: not known)."""
-    if ms is None or ms < 0:
+    """ms since the epoch as ISO 8601 UTC; None for none (-1 or less: not known) and for a
+    time no date can show (`renderable_ms`), whose raw number the views give beside it."""
+    if not renderable_ms(ms):
         return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = _EPOCH + timedelta(milliseconds=cast(int, ms))
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def incident_json(incident) -> dict:
