@@ -14,6 +14,7 @@ import click
 from click.core import ParameterSource
 
 from kdiv import __version__
+from kdiv.config.redact import redacted
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import DEFAULT_WINDOW, DISABLED, DataIntegrityValidator, Semantics, TopicPolicy
 from kdiv.offline.jsonl import InputError, parse_record_bytes, result_to_line
@@ -74,7 +75,7 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
     except LookupError as missing:  # no such topic or partition
         raise click.ClickException(str(missing).strip("'\"")) from None
     except (KafkaError, OSError, TimeoutError) as failed:
-        raise click.ClickException(f"Kafka at {bootstrap}: {failure_text(failed)}") from None
+        raise click.ClickException(f"Kafka at {redacted(bootstrap)}: {failure_text(failed)}") from None
 
 
 duration_option = click.option(
@@ -629,7 +630,7 @@ def wait_for_broker(bootstrap: str, timeout: float) -> None:
             if answer is not None and answer[1]:
                 return
         if time.monotonic() >= deadline:
-            raise click.ClickException(f"no broker serving at {bootstrap} after {timeout:.0f} s")
+            raise click.ClickException(f"no broker serving at {redacted(bootstrap)} after {timeout:.0f} s")
         time.sleep(0.2)
 
 
@@ -747,7 +748,7 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
     except (KafkaError, OSError) as failed:
         if _debugging():
             raise
-        click.echo(f"error: Kafka at {bootstrap}: {failure_text(failed)}", err=True)
+        click.echo(f"error: Kafka at {redacted(bootstrap)}: {failure_text(failed)}", err=True)
         sys.exit(2)
     sys.exit(code)
 

@@ -41,6 +41,7 @@ from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from kdiv.clock import LAST_RENDERABLE_MS, renderable_ms
+from kdiv.config.redact import redacted
 from kdiv.reconcile.findings import (
     CHECKSUM_CLASSES,
     CHECKSUM_FIELDS,
@@ -239,6 +240,8 @@ def write_failure_report(summary: Mapping[str, Any], out_dir: Path) -> ReportFil
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     full_summary = {**summary, "status": STATUS_FAILED}
+    if isinstance(summary.get("error"), str):  # an error text may quote a URL with its user info
+        full_summary["error"] = redacted(summary["error"])
     for stale in (DISCREPANCIES_DIR, SEQUENCES_DIR):
         _remove_stale(out_dir / stale)
     summary_path = out_dir / SUMMARY_JSON

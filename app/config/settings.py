@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 
 from kdiv.config.env import PREFIX, EnvReader, SettingsError
+from kdiv.config.redact import redacted, split_userinfo
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.validator import DEFAULT_WINDOW
 from kdiv.ticdc.timestamps import TimestampMode, load_zone
@@ -48,14 +49,30 @@ class RegistrySettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RegistrySettings:
         env = EnvReader(environ)
-        url = env.str("SCHEMA_REGISTRY_URL", cls.url)
-        if url.strip().lower() == NO_REGISTRY:
+        given = env.str("SCHEMA_REGISTRY_URL", cls.url)
+        if given.strip().lower() == NO_REGISTRY:
             return cls(NO_REGISTRY)
-        if not all(u.strip().startswith(("http://", "https://")) for u in url.split(",")):
+        # Credentials in the URL become basic auth: the URL kdiv keeps, shows and logs has none.
+        split = [split_userinfo(u) for u in given.split(",")]
+        url = ",".join(u for u, _ in split)
+        if not all(u.startswith(("http://", "https://")) for u, _ in split):
             raise SettingsError(
-                f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} is not an http(s):// URL (or a comma-separated list)"
+                f"{PREFIX}SCHEMA_REGISTRY_URL={redacted(url)!r} is not an http(s):// URL (or a comma-separated list)"
             )
+        in_url = {userinfo for _, userinfo in split if userinfo is not None}
         basic_auth = env.str("SCHEMA_REGISTRY_BASIC_AUTH", "")
+        if in_url and (basic_auth or len(in_url) > 1):
+            raise SettingsError(
+                f"{PREFIX}SCHEMA_REGISTRY_URL={url!r} carries credentials in "
+                + (
+                    "more than one form"
+                    if len(in_url) > 1
+                    else f"its URL and {PREFIX}SCHEMA_REGISTRY_BASIC_AUTH is set"
+                )
+                + f": give them once, as {PREFIX}SCHEMA_REGISTRY_BASIC_AUTH=USER:PASSWORD"
+            )
+        if in_url:
+            basic_auth = next(iter(in_url))
         if basic_auth and ":" not in basic_auth:
             raise SettingsError(f"{PREFIX}SCHEMA_REGISTRY_BASIC_AUTH must be USER:PASSWORD")
         ca, cert, key = (env.file(f"SCHEMA_REGISTRY_{name}") for name in ("CA", "CERT", "KEY"))
@@ -68,6 +85,17 @@ class RegistrySettings:
                 f"{PREFIX}SCHEMA_REGISTRY_CA/CERT are set but {PREFIX}SCHEMA_REGISTRY_URL={url} is not https://"
             )
         return cls(url, basic_auth, ca, cert, key, env.float("SCHEMA_REGISTRY_TIMEOUT_S", cls.timeout_s))
+
+
+def _bootstrap(servers: str) -> str:
+    """KDIV_BOOTSTRAP, refused when it carries credentials: Kafka clients take host:port, and
+    the value is shown in error messages, which must not show a password."""
+    if "@" in servers:
+        raise SettingsError(
+            f"{PREFIX}BOOTSTRAP={redacted(servers)!r} carries credentials (user:password@): give host:port "
+            f"only, and the credentials as {PREFIX}SASL_USERNAME and {PREFIX}SASL_PASSWORD"
+        )
+    return servers
 
 
 TICDC_PROTOCOLS = ("avro", "simple")
@@ -283,7 +311,7 @@ class Settings:
                 f"or TiCDC changefeeds ({PREFIX}TICDC_TOPICS or {PREFIX}TICDC_TOPIC_PATTERN)"
             )
         settings = cls(
-            bootstrap=env.str("BOOTSTRAP", cls.bootstrap),
+            bootstrap=_bootstrap(env.str("BOOTSTRAP", cls.bootstrap)),
             app_id=env.str("APP_ID", cls.app_id),
             topics=topics,
             topic_pattern=pattern,

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 
 from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
+from kdiv.config.redact import redacted
+
 # aiokafka logs why each bootstrap server could not be reached here, then raises a bare
 # "Unable to bootstrap from [...]".
 _CONNECT_LOGGER = "aiokafka"
@@ -85,7 +87,7 @@ def refusals_explained(bootstrap: str | None = None) -> Iterator[None]:
             raise
         # Collected now, while the filter holds: see _ConnectReasons.
         gc.collect()
-        where = f"Kafka at {bootstrap}: " if bootstrap else ""
+        where = f"Kafka at {redacted(bootstrap)}: " if bootstrap else ""
         raise BrokerRefused(where + refusal_text(reasons.reasons[-1])) from failed
     finally:
         for logger in loggers:

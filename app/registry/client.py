@@ -30,6 +30,7 @@ from confluent_kafka.schema_registry import (
     topic_subject_name_strategy,
 )
 
+from kdiv.config.redact import redacted, split_userinfo
 from kdiv.config.settings import RegistrySettings
 
 STRATEGIES = {
@@ -66,14 +67,18 @@ def expected_subject(strategy: str, topic: str, *, is_key: bool, record_name: st
 
 def client_config(settings: RegistrySettings) -> dict:
     """confluent-kafka's client configuration for these settings."""
+    # Settings read from the environment carry no user info in the URL (`RegistrySettings`);
+    # one made otherwise has it moved here too, so no request URL the client logs holds it.
+    urls = [split_userinfo(u) for u in settings.url.split(",")]
+    in_url = next((userinfo for _, userinfo in urls if userinfo is not None), None)
     config: dict = {
-        "url": settings.url,
+        "url": ",".join(u for u, _ in urls),
         "timeout": settings.timeout_s,
         # kdiv retries on its own schedule (and must not stall the worker meanwhile).
         "max.retries": 0,
     }
-    if settings.basic_auth:
-        config["basic.auth.user.info"] = settings.basic_auth
+    if settings.basic_auth or in_url:
+        config["basic.auth.user.info"] = settings.basic_auth or in_url
     if settings.ca:
         config["ssl.ca.location"] = str(settings.ca)
     if settings.cert:
@@ -90,7 +95,7 @@ class SubjectVersion:
 
 class SchemaRegistry:
     def __init__(self, settings: RegistrySettings) -> None:
-        self.url = settings.url
+        self.url = redacted(settings.url)  # as errors and /health show it
         self.configured = settings.configured
         # Without a registry every call raises RegistryUnavailable: schema checks say UNCHECKED.
         self._client = AsyncSchemaRegistryClient(client_config(settings)) if settings.configured else None
