@@ -107,8 +107,10 @@ from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 from kdiv.dev.broker import KafkaCluster  # noqa: E402
 from kdiv.dev.demo import ensure_topic  # noqa: E402
 from kdiv.dev.registry.process import DevRegistryProcess  # noqa: E402
+from kdiv.kafka.consume import read_snapshot  # noqa: E402
 from kdiv.kafka.tansu import detect_tansu, end_offsets  # noqa: E402
 from kdiv.trace.sampling import Sampler, SamplingSpec  # noqa: E402
+from kdiv.worker.incidents import Incident  # noqa: E402
 from kdiv.writer import DivWriter  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -161,6 +163,22 @@ async def produce(
         return time.perf_counter() - start, traced
     finally:
         await producer.stop()
+
+
+DAY_MS = 24 * 3600 * 1000
+
+
+async def incident_classes(bootstrap: str, topic: str) -> dict[str, tuple[int, str]]:
+    """Class -> (count, one example's detail) of the incidents on `topic`."""
+    found: dict[str, tuple[int, str]] = {}
+    async for record in read_snapshot(bootstrap, topic):
+        if record.value is None:
+            continue
+        incident = Incident.from_value(record.value)
+        count, example = found.get(incident.verdict, (0, ""))
+        where = f"{incident.topic}[{incident.partition}]@{incident.offset}: {incident.detail}"
+        found[incident.verdict] = (count + 1, example or where)
+    return found
 
 
 async def topic_sizes(
@@ -340,6 +358,8 @@ class WorkerRun:
     curve: list[tuple[float, int]] = field(default_factory=list)
     cpu: str = ""
     incidents: int = 0
+    # What the incidents were: class -> (count, one detail), to tell a fault path from a bug.
+    incident_classes: dict[str, tuple[int, str]] = field(default_factory=dict)
     state_writes: int = 0
     rss_bytes: int | None = None
     profile: Path | None = None
@@ -444,9 +464,6 @@ def worker_env(
     if args.commit_interval_s is not None:
         env["KDIV_COMMIT_INTERVAL_S"] = str(args.commit_interval_s)
     env["KDIV_BENCH_PARTITIONS"] = str(args.partitions)
-    if args.compacted:
-        # Compacted with a day's lag: the key ledger is kept, and no gap here is that old.
-        env["KDIV_COMPACTION_LAG_MS"] = "86400000"
     return env
 
 
@@ -605,6 +622,8 @@ async def run_worker(
         traces = f"{app_id}-traces-changelog"
         sizes = await topic_sizes(bootstrap, dict.fromkeys([incidents, *changelogs, traces]), tansu)
         run.incidents = sum(sizes.get(incidents, {}).values())
+        if run.incidents:
+            run.incident_classes = await incident_classes(bootstrap, incidents)
         run.state_writes = sum(sum(sizes.get(changelog, {}).values()) for changelog in changelogs)
         run.trace_writes = sum(sizes.get(traces, {}).values())
         return run
@@ -828,12 +847,16 @@ def report(run: WorkerRun, bare_rate: float, verbose: bool, kdiv_rate: float | N
         print("      committed (s since start: records):", ", ".join(f"{t:.1f}: {c}" for t, c in run.curve))
     if run.incidents:
         print(f"      WARNING: the worker reported {run.incidents} incidents: this figure measures a fault path")
+        for verdict, (count, detail) in sorted(run.incident_classes.items()):
+            print(f"        {verdict}: {count}, e.g. {detail}")
 
 
 async def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: int | None) -> None:
     tansu = await detect_tansu(bootstrap)
     topic = f"kdiv-bench-{uuid.uuid4().hex[:8]}"
-    config = {"cleanup.policy": "compact"} if args.compacted else None
+    # Compacted with a day's lag (the worker reads it from the topic): the key ledger is kept,
+    # and the broker's cleaner leaves the records alone while the variants read them.
+    config = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(DAY_MS)} if args.compacted else None
     await ensure_topic(bootstrap, topic, args.partitions, config=config)
     audit = "kdiv-audit" in args.variants or "kdiv-audit" in (args.profile or ())
     sink = None
