@@ -59,7 +59,7 @@ from kdiv.worker.faustcompat.internals import (
     topic_partitions,
 )
 from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
-from kdiv.worker.faustcompat.transport import broker_url, cap_next_seek, restart_from_beginning
+from kdiv.worker.faustcompat.transport import broker_url, cap_next_seek, restart_at, restart_from_beginning
 from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
@@ -86,6 +86,9 @@ log = logging.getLogger("kdiv.worker")
 PRODUCER_BATCH_BYTES = 256 * 1024
 # How stale the worker's view of its topics' partitions may get (see build_app).
 METADATA_MAX_AGE_MS = 5_000
+# How long a commit waits for a partition leader to confirm that its log ends lower than
+# the last fetch said (`_check_high_watermarks`); unanswered, it asks at the next commit.
+HIGHWATER_CONFIRM_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -545,20 +548,53 @@ class ValidationWorker:
             await restart_from_beginning(self.app.consumer, restart)
         self._note_rewinds()
 
-    def _check_high_watermarks(self) -> None:
-        """A partition whose log now ends below an offset already validated was truncated."""
+    async def _check_high_watermarks(self) -> None:
+        """A partition whose log now ends below an offset already validated was truncated.
+
+        The fetch's high watermark only raises the suspicion: a leader just elected cleanly
+        serves fetches with a high watermark below its predecessor's until its followers
+        have fetched again (they learn it lazily), though it lost nothing. The leader's
+        ListOffsets answer decides: it refuses (OFFSET_NOT_AVAILABLE, KIP-207) until its
+        high watermark covers its epoch's start, and from then on a clean leader's is no
+        lower than its predecessor's. A suspicion not confirmed is looked at again at the
+        next commit."""
         if not self.detects_rewinds:
             return
-        for (topic, partition), part in list(self.live.validator.partitions.items()):
+        suspects: dict[TP, int] = {}
+        for (topic, partition), part in self.live.validator.partitions.items():
             highwater = self._highwater(topic, partition)
             if highwater is not None and highwater <= part.last_offset:
-                self.live.rewind(
-                    topic,
-                    partition,
-                    highwater,
-                    "high watermark",
-                    f"the log now ends at offset {highwater}, below offset {part.last_offset} validated",
-                )
+                suspects[TP(topic, partition)] = highwater
+        if not suspects or self.app.consumer is None:
+            return
+        try:
+            ends = await asyncio.wait_for(self.app.consumer.highwaters(*suspects), HIGHWATER_CONFIRM_TIMEOUT_S)
+        except (TimeoutError, KafkaError) as unanswered:
+            log.info(
+                "log ends of %s not confirmed yet (%r): asked again at the next commit", list(suspects), unanswered
+            )
+            return
+        truncated: dict[TP, int] = {}
+        for tp, fetched in sorted(suspects.items()):
+            part = self.live.validator.partitions.get((tp.topic, tp.partition))
+            end = ends.get(tp)
+            if part is None or end is None or end < 0 or end > part.last_offset:
+                continue
+            self.live.rewind(
+                tp.topic,
+                tp.partition,
+                end,
+                "high watermark",
+                f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}), "
+                f"below offset {part.last_offset} validated",
+            )
+            truncated[tp] = end
+        if truncated:
+            # Read on from the new end: the consumer's position, and what Faust takes as
+            # already read, may lie past it (a fetch out of range starts over at the earliest
+            # offset, whose records Faust then drops as read), and the records written there
+            # from now on are new.
+            await restart_at(self.app.consumer, truncated)
 
     def _note_rewinds(self) -> None:
         """Rewinds found by `live` become incidents, written with their partitions' next unit."""
@@ -658,7 +694,7 @@ class ValidationWorker:
         if self.audit is not None:
             self._judge_traces()
         await self._check_recreated_topics()
-        self._check_high_watermarks()
+        await self._check_high_watermarks()
         self._note_rewinds()
         await self._write_units(sorted(self._unflushed | self._pending.keys()))
         await hand_over_table_writes(self.app)

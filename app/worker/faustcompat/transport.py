@@ -114,6 +114,13 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         beginnings = await consumer.beginning_offsets([tp for tp in partitions if tp in assigned])
         self._seek_stamped(consumer, beginnings)
 
+    async def restart_at(self, offsets: Mapping[TP, int]) -> None:
+        """Move partitions to the given offsets now, dropping what was fetched before."""
+        await self.call_thread(self._restart_at, offsets)
+
+    async def _restart_at(self, offsets: Mapping[TP, int]) -> None:
+        self._seek_stamped(self._ensure_consumer(), offsets)
+
     async def _fetch_records(self, *args, **kwargs) -> _Fetched:
         records = _Fetched(await super()._fetch_records(*args, **kwargs))
         records.seeks = self._seeks
@@ -189,6 +196,16 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
             self._committed_offset[tp] = None
         self._forget_progress(partitions)
 
+    async def restart_at(self, offsets: Mapping[TP, int]) -> None:
+        """Read partitions again from the given offsets, now (their logs were truncated
+        there): as `restart_from_beginning`, from those offsets."""
+        thread = cast(KdivConsumerThread, self._thread)
+        await thread.restart_at(offsets)
+        for tp in offsets:
+            self._read_offset[tp] = None
+            self._committed_offset[tp] = None
+        self._forget_progress(list(offsets))
+
     def _forget_progress(self, partitions: list[TP]) -> None:
         """Drop what was acked, taken for a gap or batched for `partitions`: they are read again."""
         for tp in partitions:
@@ -231,6 +248,11 @@ def cap_next_seek(consumer, caps: Mapping[TP, int]) -> None:
 async def restart_from_beginning(consumer, partitions: list[TP]) -> None:
     """`KdivConsumer.restart_from_beginning`, for Faust's app.consumer."""
     await cast(KdivConsumer, consumer).restart_from_beginning(partitions)
+
+
+async def restart_at(consumer, offsets: Mapping[TP, int]) -> None:
+    """`KdivConsumer.restart_at`, for Faust's app.consumer."""
+    await cast(KdivConsumer, consumer).restart_at(offsets)
 
 
 def broker_url(bootstrap: str, *, tansu: bool) -> str:

@@ -1,0 +1,103 @@
+"""The high watermark signal of log rewinds: a fall seen in a fetch is a rewind only once the
+partition's leader confirms it (a leader just elected cleanly serves a lagging high
+watermark, and refuses ListOffsets until it has caught up)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from aiokafka.errors import UnknownError
+from faust.types import TP
+
+from kdiv.worker import service
+from kdiv.worker.service import ValidationWorker
+from tests.harness.streams import Log
+from tests.unit.test_log_rewind import validated
+
+ORDERS = TP("orders", 0)
+
+
+class Consumer:
+    """The worker's consumer as the check sees it: the last fetch's high watermark, and the
+    leader's answer to ListOffsets (an exception: its refusal)."""
+
+    def __init__(self, fetched: int, answer: int | BaseException | None) -> None:
+        self.fetched = fetched
+        self.answer = answer
+        self.asked = 0
+        self.restarted: dict[TP, int] = {}
+
+    def highwater(self, tp: TP) -> int:
+        return self.fetched
+
+    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+        self.asked += 1
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        if self.answer is None:
+            await asyncio.sleep(3600)  # a leader that never answers
+        return dict.fromkeys(tps, self.answer)
+
+    async def restart_at(self, offsets: dict[TP, int]) -> None:
+        self.restarted.update(offsets)
+
+
+def worker_over(consumer: Consumer) -> ValidationWorker:
+    """A worker with only what the check reads: the validated partitions and the consumer."""
+    worker = ValidationWorker.__new__(ValidationWorker)
+    worker.app = SimpleNamespace(consumer=consumer)
+    worker.detects_rewinds = True
+    worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
+    return worker
+
+
+async def test_a_lagging_high_watermark_the_leader_does_not_confirm_is_no_rewind():
+    consumer = Consumer(fetched=150, answer=201)
+    worker = worker_over(consumer)
+    await worker._check_high_watermarks()
+    assert consumer.asked == 1
+    assert worker.live.take_rewinds() == [] and consumer.restarted == {}
+    assert worker.live.validator.partitions[("orders", 0)].last_offset == 200
+
+
+async def test_a_leader_refusing_to_answer_is_asked_again_at_the_next_commit():
+    # OFFSET_NOT_AVAILABLE (KIP-207), which aiokafka 0.14 knows only as UnknownError.
+    consumer = Consumer(fetched=150, answer=UnknownError("offset not available"))
+    worker = worker_over(consumer)
+    await worker._check_high_watermarks()
+    assert worker.live.take_rewinds() == []
+
+    assert consumer.restarted == {}
+
+    consumer.answer = 150  # a truncated log, confirmed
+    await worker._check_high_watermarks()
+    (rewind,) = worker.live.take_rewinds()
+    assert (rewind.first_offset, rewind.last_offset, rewind.detected_by) == (150, 200, "high watermark")
+    assert "ends at offset 150" in rewind.detail
+    # Read on from the new end, whatever the consumer took as read before.
+    assert consumer.restarted == {ORDERS: 150}
+
+
+async def test_a_leader_that_does_not_answer_in_time_holds_no_commit_for_long(monkeypatch):
+    monkeypatch.setattr(service, "HIGHWATER_CONFIRM_TIMEOUT_S", 0.05)
+    worker = worker_over(Consumer(fetched=150, answer=None))
+    await worker._check_high_watermarks()
+    assert worker.live.take_rewinds() == []
+
+
+async def test_a_high_watermark_past_the_validated_offsets_asks_nobody():
+    consumer = Consumer(fetched=201, answer=0)
+    worker = worker_over(consumer)
+    await worker._check_high_watermarks()
+    assert consumer.asked == 0 and worker.live.take_rewinds() == []
+
+
+async def test_the_leader_confirms_a_lower_end_than_the_fetch_said():
+    """The rewind starts where the leader says the log ends, not where the fetch said."""
+    consumer = Consumer(fetched=190, answer=120)
+    worker = worker_over(consumer)
+    await worker._check_high_watermarks()
+    (rewind,) = worker.live.take_rewinds()
+    assert (rewind.first_offset, rewind.last_offset) == (120, 200)
+    assert consumer.restarted == {ORDERS: 120}
