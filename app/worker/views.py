@@ -27,6 +27,7 @@ from kdiv.div.segment import SegmentStatus, as_segment
 from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
+from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.incidents import LOG_REWOUND, NO_PRODUCER
@@ -363,7 +364,7 @@ class Views:
             return 200, {"available": False, "message": f"no reconciliation run under {reports} yet"}
         latest = runs[-1]
         try:
-            summary = json.loads(latest.read_text(encoding="utf-8"))
+            summary = parse_json(latest.read_text(encoding="utf-8"), max_bytes=64 << 20)
         except (OSError, ValueError) as bad:
             return 500, {"error": "Internal Server Error", "message": f"{latest}: {bad}"}
         return 200, {"available": True, "run": latest.parent.name, "summary": summary}
