@@ -15,7 +15,10 @@ files; Kafka reads them itself (`ssl.keystore.type=PEM`), no keytool.
 Each node's storage is formatted with the cluster's id before its first start. Without a
 `data_dir` the cluster lives in a temporary directory removed at stop, like a fresh broker
 each time; with one, a restart keeps every topic. Nodes can be stopped, killed and started
-again one by one (`stop_node`, `kill_node`, `start_node`), for failover tests.
+again one by one (`stop_node`, `kill_node`, `start_node`), for failover tests, and frozen in
+place (`pause_node`, SIGSTOP, and `resume_node`, SIGCONT): a paused node keeps its
+connections and its log but answers nothing, like a broker in a long GC pause or behind a
+partition, so it falls behind without leaving.
 """
 
 from __future__ import annotations
@@ -193,6 +196,8 @@ class KafkaNode:
     listener_ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     output: IO[bytes] | None = field(default=None, repr=False)
+    # SIGSTOPped by `KafkaCluster.pause_node`: a SIGTERM waits for a SIGCONT.
+    paused: bool = False
 
     @property
     def log_dir(self) -> Path:
@@ -339,6 +344,8 @@ class KafkaCluster:
         for node in running:
             assert node.process is not None
             node.process.terminate()
+            if node.paused:
+                self.resume_node(node.node_id)  # a stopped process acts on no SIGTERM
         deadline = time.monotonic() + timeout
         for node in self.nodes:
             self._reap(node, max(0.0, deadline - time.monotonic()))
@@ -362,6 +369,23 @@ class KafkaCluster:
             assert node.process is not None
             node.process.kill()
         self._reap(node, 10.0)
+
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP one node: it keeps its log and connections and answers nothing until
+        `resume_node`; the others fence it once its heartbeats are missed."""
+        node = self.node(node_id)
+        if not node.running:
+            raise BrokerError(f"node {node_id} is not running; only a running node can be paused")
+        assert node.process is not None
+        node.process.send_signal(signal.SIGSTOP)
+        node.paused = True
+
+    def resume_node(self, node_id: int) -> None:
+        """SIGCONT a paused node: it goes on where it stopped (and learns it was fenced)."""
+        node = self.node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            node.process.send_signal(signal.SIGCONT)
+        node.paused = False
 
     def start_node(self, node_id: int, timeout: float = 60.0) -> None:
         """Start a stopped node again on its own ports and log directory."""
@@ -602,6 +626,8 @@ class KafkaCluster:
             time.sleep(_READY_POLL_INTERVAL_S)
 
     def _reap(self, node: KafkaNode, timeout: float) -> None:
+        if node.paused:
+            self.resume_node(node.node_id)  # a stopped process acts on no SIGTERM
         process, node.process = node.process, None
         if process is not None and process.poll() is None:
             wait_or_kill(process, timeout)
