@@ -12,7 +12,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import cast
 
 from kdiv.changefeed.verify import RowVerdict, fault_detail, key_columns
@@ -21,6 +21,7 @@ from kdiv.div.validator import ValidationResult
 from kdiv.trace.judge import TraceOutcome, TraceVerdict
 from kdiv.untrusted import json_object, type_name
 from kdiv.worker.live import Rewind
+from kdiv.worker.retention import LOSS_VERDICTS, Deletion
 
 NOT_FAULTS = frozenset({Verdict.OK, Verdict.UNTRACKED})
 NO_PRODUCER = "-"
@@ -278,13 +279,54 @@ def rewind_incident(rewind: Rewind, detected_at_ms: int) -> Incident:
     )
 
 
-def incidents_for(result: ValidationResult, detected_at_ms: int) -> list[Incident]:
+DELETED_BEFORE_VALIDATION = "DELETED_BEFORE_VALIDATION"
+
+
+def deletion_incident(deletion: Deletion, detected_at_ms: int) -> Incident:
+    """Records deleted from a partition's log before the worker validated them
+    (`kdiv.worker.retention.Deletion`); identified by the first offset not validated, so
+    finding it again after a crash rewrites the same key (with the range the log start then
+    gives)."""
+    return Incident(
+        topic=deletion.topic,
+        partition=deletion.partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=deletion.first_offset,
+        verdict=DELETED_BEFORE_VALIDATION,
+        offset=deletion.first_offset,
+        severity="fatal" if deletion.in_push else "warning",
+        detail=f"offsets {deletion.first_offset}..{deletion.last_offset} ({deletion.size} offsets) were deleted from "
+        f"the log (retention or DeleteRecords) before kdiv validated them (found by {deletion.detected_by}: "
+        f"{deletion.detail}); their records are never validated, and the next MISSING of each producer whose "
+        f"records were among them says so",
+        record_timestamp_ms=-1,
+        detected_at_ms=detected_at_ms,
+    )
+
+
+def deleted_note(deletion: Deletion) -> str:
+    """What a producer's loss incident adds when its missing records were deleted before validation."""
+    return (
+        f"; deleted before validation: the producer was last seen before offsets {deletion.first_offset}.."
+        f"{deletion.last_offset}, which were deleted from the log (retention or DeleteRecords) before kdiv read "
+        f"them ({DELETED_BEFORE_VALIDATION} at offset {deletion.first_offset}): its missing records were among "
+        f"them, unless they never reached the log"
+    )
+
+
+def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deletion | None = None) -> list[Incident]:
     """The incidents a verdict raises or updates: none for OK and UNTRACKED records; for a
     record of a gap (exact semantics), the gap's one MISSING incident as it stands now, and
-    first the record's own when it is not MISSING (a LATE or late CORRUPT record)."""
+    first the record's own when it is not MISSING (a LATE or late CORRUPT record).
+
+    `deleted`: the deletion before validation the record's loss lies in
+    (`kdiv.worker.live.LiveValidation.deletion_behind`), which its loss incident names."""
     own = incident_for(result, detected_at_ms)
     gap = result.gap
     if gap is None or result.guid is None:
+        if own is not None and deleted is not None and result.verdict in LOSS_VERDICTS:
+            own = replace(own, detail=own.detail + deleted_note(deleted))
         return [] if own is None else [own]
     record = result.record
     missing = Incident(
@@ -296,7 +338,7 @@ def incidents_for(result: ValidationResult, detected_at_ms: int) -> list[Inciden
         verdict=Verdict.MISSING.value,
         offset=gap.found_offset,
         severity="fatal" if gap.fatal else "warning",
-        detail=gap.describe(),
+        detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
         record_timestamp_ms=record.timestamp,
         detected_at_ms=detected_at_ms,
         resolved_at_ms=detected_at_ms if gap.resolved else None,

@@ -45,6 +45,7 @@ from kdiv.div.wire import Kind, readable_div_header, scan_div_header
 from kdiv.state.codec import StateDecodeError
 from kdiv.state.tables import parse_key, partition_key, producer_key
 from kdiv.state.values import StateValues
+from kdiv.worker.retention import BehindDeletions, Deletion
 
 _PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
 
@@ -124,6 +125,8 @@ class LiveValidation:
         self.replays_skipped = 0
         # Found since the last `take_rewinds`, oldest first.
         self._rewinds: list[Rewind] = []
+        # Producers last seen before records deleted before validation (`kdiv.worker.retention`).
+        self.behind_deletions = BehindDeletions()
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -189,6 +192,7 @@ class LiveValidation:
         self._dirty.pop((topic, partition), None)
         self._rewrite.discard((topic, partition))
         self._ledger.pop((topic, partition), None)
+        self.behind_deletions.forget(topic, partition)
         self.validator.clear_partition(topic, partition)
 
     def resume_offset(self, topic: str, partition: int) -> int | None:
@@ -224,6 +228,8 @@ class LiveValidation:
                 segment.last_offset = first_offset - 1
                 dirty.add(guid)
         self._rewinds.append(found)
+        # Another log: producers behind a deletion in the old one say nothing of the new one.
+        self.behind_deletions.forget(topic, partition)
         return found
 
     def _replay_rewritten(self, record: ConsumedRecord, part: PartitionValidation) -> Rewind | None:
@@ -275,6 +281,46 @@ class LiveValidation:
         """Rewinds found since the last call."""
         found, self._rewinds = self._rewinds, []
         return found
+
+    # -- records deleted before validation ----------------------------------------------------
+
+    def validated_to(self, topic: str, partition: int) -> int | None:
+        """The last offset of a loaded partition validated (or accounted for); None when it
+        has none: the partition has no position a deletion could pass."""
+        part = self.validator.partitions.get((topic, partition))
+        if (topic, partition) not in self._loaded or part is None or part.last_offset < 0:
+            return None
+        return part.last_offset
+
+    def log_starts_at(
+        self, topic: str, partition: int, log_start: int, detected_by: str, detail: str
+    ) -> Deletion | None:
+        """The partition's log starts at `log_start` (the broker says): the offsets from the
+        first one not validated to the one before it were deleted before they were validated.
+        They are accounted for as read (none of them can be read any more), found once (None
+        when nothing unvalidated was deleted), and every producer of the partition is behind
+        the deletion until its next record (`deletion_behind`)."""
+        validated = self.validated_to(topic, partition)
+        if validated is None or log_start <= validated + 1:
+            return None
+        tp = (topic, partition)
+        part = self.validator.partitions[tp]
+        found = Deletion(topic, partition, validated + 1, log_start - 1, detected_by, detail, part.in_push)
+        part.last_offset = log_start - 1
+        self._dirty.setdefault(tp, set()).add(b"")
+        self.behind_deletions.note(found, part.tracker.segments)
+        return found
+
+    def deletion_behind(self, result: ValidationResult) -> Deletion | None:
+        """The deletion before validation that a result's loss lies in, if any
+        (`kdiv.worker.retention.BehindDeletions.loss_in`). Every result of a partition must
+        come here in record order, the OK ones of the producers behind a deletion included: the
+        worker watches them (`producers_behind_deletions`)."""
+        return self.behind_deletions.loss_in(result)
+
+    def producers_behind_deletions(self, topic: str, partition: int) -> set[bytes]:
+        """Producers of the partition behind a deletion whose next record has not come."""
+        return self.behind_deletions.unseen(topic, partition)
 
     # -- validation --------------------------------------------------------------------------
 
