@@ -87,6 +87,11 @@ class WorkerCollector:
                 "Partition logs found rewound under validated offsets (LOG_REWOUND)",
                 stats.log_rewinds,
             ),
+            (
+                "kdiv_deletions_before_validation",
+                "Offset ranges deleted from a partition's log before they were validated (DELETED_BEFORE_VALIDATION)",
+                stats.deletions_before_validation,
+            ),
             ("kdiv_ledger_entries_sent", "Key ledger entries written (compacted topics)", stats.ledger_entries_sent),
             ("kdiv_state_writes", "Units of state written to the tables", stats.state_writes),
             (

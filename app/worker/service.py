@@ -64,6 +64,7 @@ from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
     RecentIncidents,
+    deletion_incident,
     incidents_for,
     rewind_incident,
     schema_incident,
@@ -89,6 +90,13 @@ METADATA_MAX_AGE_MS = 5_000
 # How long a commit waits for a partition leader to confirm that its log ends lower than
 # the last fetch said (`_check_high_watermarks`); unanswered, it asks at the next commit.
 HIGHWATER_CONFIRM_TIMEOUT_S = 5.0
+# Log start offsets (records deleted before validation, `_check_log_starts`): how long one
+# ListOffsets may take, how often it is tried before a gap is judged without it, and how
+# often idle partitions are polled.
+LOG_START_TIMEOUT_S = 5.0
+LOG_START_ATTEMPTS = 3
+LOG_START_RETRY_S = 0.5
+LOG_START_POLL_MS = 5_000
 
 
 @dataclass
@@ -99,6 +107,7 @@ class WorkerStats:
     incidents_sent: int = 0
     ledger_entries_sent: int = 0
     log_rewinds: int = 0
+    deletions_before_validation: int = 0
     state_writes: int = 0
     bad_incident_records: int = 0
     schema_checked_records: int = 0
@@ -183,6 +192,10 @@ class ValidationWorker:
         # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
         self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
+        # Log start polls (`_poll_log_starts`): when the next is due, and the partitions the
+        # last one found behind the log start, with their last validated offset then.
+        self._next_log_start_poll_ms = 0
+        self._behind_log_start: dict[TP, int] = {}
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -607,6 +620,121 @@ class ValidationWorker:
             self.stats.log_rewinds += 1
             log.error("%s at %s[%d]: %s", incident.verdict, rewind.topic, rewind.partition, incident.detail)
 
+    # -- records deleted before validation ------------------------------------------------------
+
+    def _ensure_loaded(self, key: tuple[str, int]) -> None:
+        """Install a watched partition's saved state if it is not yet."""
+        if not self.live.is_loaded(*key):
+            self._load_assigned()
+            if not self.live.is_loaded(*key):  # not in the assignment the consumer reports yet
+                self.live.load(key[0], key[1], self._table_of_topic[key[0]].items())
+
+    async def _check_log_starts(self, batch: Mapping[TP, Sequence]) -> None:
+        """Before a batch is validated: a partition whose records go on past the offset after
+        its last validated one may have lost records to retention or DeleteRecords before they
+        were read (the consumer then resets to the log start). The log start the broker gives
+        tells; a gap alone does not (compaction and transaction markers leave gaps too). Asked
+        now, before the records after the gap are judged, so that each producer's next MISSING
+        can say its records were deleted."""
+        gaps: dict[TP, tuple[int, int]] = {}
+        for tp, records in batch.items():
+            if not records or tp.topic not in self._table_of_topic or tp.topic in self.changefeed_topics:
+                continue
+            key = (tp.topic, tp.partition)
+            self._ensure_loaded(key)
+            validated = self.live.validated_to(*key)
+            if validated is not None and records[0].offset > validated + 1:
+                gaps[tp] = (validated, records[0].offset)
+        if not gaps:
+            return
+        starts = await self._log_starts(list(gaps), attempts=LOG_START_ATTEMPTS)
+        for tp, (validated, first) in sorted(gaps.items()):
+            start = starts.get(tp)
+            if start is None:
+                log.error(
+                    "log start of %s[%d] unknown: offsets %d..%d, skipped by the consumer, are judged as a gap; "
+                    "records deleted there before validation show as plain MISSING",
+                    tp.topic,
+                    tp.partition,
+                    validated + 1,
+                    first - 1,
+                )
+                continue
+            # Offsets from `first` on are read now: deleted later, they were validated.
+            self._note_deletion(
+                tp,
+                min(start, first),
+                "fetch",
+                f"the consumer read offset {first} next after offset {validated}, and the log starts at offset {start}",
+            )
+
+    async def _poll_log_starts(self) -> None:
+        """Every `LOG_START_POLL_MS`, at a flush: partitions whose log starts past the offset
+        after their last validated one with no record read since to show it (everything up to
+        the end deleted). Found when two polls in a row see the same last validated offset
+        behind the log start, and the consumer has fetched from the new log start (its high
+        watermark is at or past it): a batch fetched before the deletion and not yet
+        validated is validated first, and no high watermark from before the deletion stays
+        below the offsets accounted for."""
+        now = self.clock()
+        if now < self._next_log_start_poll_ms:
+            return
+        self._next_log_start_poll_ms = now + LOG_START_POLL_MS
+        positions: dict[TP, int] = {}
+        for topic, partition in self.assigned_partitions():
+            validated = self.live.validated_to(topic, partition)
+            if validated is not None and topic not in self.changefeed_topics:
+                positions[TP(topic, partition)] = validated
+        behind, self._behind_log_start = self._behind_log_start, {}
+        if not positions:
+            return
+        starts = await self._log_starts(list(positions), attempts=1)
+        for tp, validated in sorted(positions.items()):
+            start = starts.get(tp)
+            if start is None or start <= validated + 1:
+                continue
+            highwater = self._highwater(tp.topic, tp.partition)
+            if behind.get(tp) == validated and highwater is not None and highwater >= start:
+                self._note_deletion(
+                    tp, start, "log start poll", f"the log starts at offset {start}, and nothing after it was read"
+                )
+            else:
+                self._behind_log_start[tp] = validated
+
+    async def _log_starts(self, partitions: list[TP], attempts: int) -> dict[TP, int]:
+        """The partitions' log start offsets (ListOffsets EARLIEST); those the broker did not
+        give after `attempts` tries are left out (and logged)."""
+        consumer = self.app.consumer
+        if consumer is None:
+            return {}
+        failure: BaseException | None = None
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(LOG_START_RETRY_S)
+            try:
+                found = await asyncio.wait_for(consumer.earliest_offsets(*partitions), LOG_START_TIMEOUT_S)
+            except (TimeoutError, KafkaError) as failed:
+                failure = failed
+                continue
+            return {TP(tp.topic, tp.partition): offset for tp, offset in found.items() if offset >= 0}
+        log.warning("log start offsets of %s not read: %r", sorted(f"{t}[{p}]" for t, p in partitions), failure)
+        return {}
+
+    def _note_deletion(self, tp: TP, log_start: int, detected_by: str, detail: str) -> None:
+        """The partition's log starts at `log_start`: records deleted before they were
+        validated become one incident, written with the partition's next unit."""
+        deletion = self.live.log_starts_at(tp.topic, tp.partition, log_start, detected_by, detail)
+        if deletion is None:
+            return
+        key = (tp.topic, tp.partition)
+        incident = deletion_incident(deletion, self.clock())
+        self._pending.setdefault(key, []).append(incident)
+        self._unflushed.add(key)
+        # Made again with the producers behind the deletion: their next records are watched.
+        self._watch.pop(key, None)
+        self.stats.deletions_before_validation += 1
+        log.warning("%s at %s[%d]: %s", incident.verdict, tp.topic, tp.partition, incident.detail)
+
     # -- validation --------------------------------------------------------------------------
 
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
@@ -614,6 +742,7 @@ class ValidationWorker:
         what they change is written by `flush`. True when enough is pending to flush now."""
         now = self.clock()
         live = self.live
+        await self._check_log_starts(batch)
         for tp, records in batch.items():
             key = topic, partition = (tp.topic, tp.partition)
             if topic in self.changefeed_topics:
@@ -629,16 +758,14 @@ class ValidationWorker:
                     continue
                 if audit.is_route_topic(topic):
                     audit.observe(topic, partition, records)
-            if not live.is_loaded(*key):
-                self._load_assigned()
-                if not live.is_loaded(*key):  # not in the assignment the consumer reports yet
-                    live.load(topic, partition, self._table_of_topic[topic].items())
+            self._ensure_loaded(key)
             if topic in self._schema_topics:
                 for record in records:
                     self._note_framing(topic, partition, record, self._framed)
             watch = self._watch.get(key)
             if watch is None:
                 watch = self._watch[key] = self.runs.producers_in_runs(topic, partition)
+                watch |= live.producers_behind_deletions(topic, partition)
             results: list[ValidationResult] = []
             i, end = 0, len(records)
             while True:
@@ -677,8 +804,10 @@ class ValidationWorker:
     def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
         """Incidents for `results` (then emptied), pending until their unit is written."""
         observed = self._observed
+        live = self.live
+        behind = live.behind_deletions
         for result in results:
-            incidents = incidents_for(result, now)
+            incidents = incidents_for(result, now, live.deletion_behind(result) if behind else None)
             observed.append((result, incidents[0] if incidents else None))
             if incidents:
                 self._pending.setdefault(key, []).extend(incidents)
@@ -694,6 +823,7 @@ class ValidationWorker:
         if self.audit is not None:
             self._judge_traces()
         await self._check_recreated_topics()
+        await self._poll_log_starts()
         await self._check_high_watermarks()
         self._note_rewinds()
         await self._write_units(sorted(self._unflushed | self._pending.keys()))
