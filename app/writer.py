@@ -9,6 +9,11 @@ Per-partition locks make the order on the wire equal sequence order: a record's 
 and its hand-off to the producer's accumulator happen under the partition's lock, and
 aiokafka keeps one batch in flight per partition, so retries cannot reorder.
 
+Transactions: `async with writer.transaction():` wraps the producer's transaction (the
+producer needs a `transactional_id`). When it aborts, the stamper rolls back to where the
+transaction began, so the next records take the aborted seqs again: a validator reading
+committed records (kdiv workers read read_committed) sees no gap, and no false MISSING.
+
 Tracing (the pipeline audit): with `tracing` (a `kdiv.trace.sampling` spec such as
 "orders=0.01,*=0"), a sampled share of each topic's records carries a trace header with a new
 trace id; a record that already carries one (a processor forwarding it) keeps it.
@@ -17,8 +22,9 @@ trace id; a record that already carries one (a processor forwarding it) keeps it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
@@ -68,6 +74,9 @@ class DivWriter:
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._round_robin: dict[str, itertools.cycle] = {}
         self._closed = False
+        # Set by the first transaction: from then on every write must be inside one, the
+        # END_OF_SEGMENTs at close included.
+        self._transactional = False
         # Traced records (the pipeline audit): a sampled share per topic gets a trace header.
         if isinstance(tracing, str):
             tracing = SamplingSpec.parse(tracing)
@@ -170,6 +179,22 @@ class DivWriter:
         for tp_topic, partition in self.stamper.open_partitions(topic):
             await self.end_segment(tp_topic, partition, final)
 
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[DivWriter]:
+        """One producer transaction: committed when the block ends, aborted when it raises.
+
+        An abort (or a failed commit) rolls the DIV state back to the transaction's start.
+        """
+        self._check_open()
+        self._transactional = True
+        checkpoint = self.stamper.checkpoint()
+        try:
+            async with self.producer.transaction():
+                yield self
+        except BaseException:
+            self.stamper.rollback(checkpoint)
+            raise
+
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged."""
         await self.producer.flush()
@@ -178,7 +203,11 @@ class DivWriter:
         """End every open segment as final, wait until everything is acknowledged, then stop."""
         if self._closed:
             return
-        await self.end_segments(final=True)
+        if self._transactional:
+            async with self.transaction():
+                await self.end_segments(final=True)
+        else:
+            await self.end_segments(final=True)
         await self.producer.flush()
         self._closed = True
         if self._owns_producer:

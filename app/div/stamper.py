@@ -55,6 +55,13 @@ class _WriterSegment:
         self.ended = False
 
 
+@dataclass(frozen=True, slots=True)
+class StamperCheckpoint:
+    """A stamper's segments as they were, to roll back to (a transaction's start)."""
+
+    segments: dict[tuple[str, int], tuple[int, int, int, int, int, bool]]
+
+
 class DivStamper:
     """The producer side of DIV, without I/O: segments, sequence numbers and checksums per partition."""
 
@@ -112,6 +119,30 @@ class DivStamper:
         # Ended even if the send later fails, as in Venice: the next write opens a new segment.
         segment.ended = True
         return [record]
+
+    def checkpoint(self) -> StamperCheckpoint:
+        """Every partition's segment, seq and checksum now."""
+        return StamperCheckpoint(
+            {
+                tp: (s.number, s.next_seq, s.checksum, s.started_at_ms, s.data_records, s.ended)
+                for tp, s in self._segments.items()
+            }
+        )
+
+    def rollback(self, checkpoint: StamperCheckpoint) -> None:
+        """Back to `checkpoint`: what was stamped since was never written (an aborted
+        transaction), so the next records take its seqs again and no validator reading
+        committed records sees a gap."""
+        segments: dict[tuple[str, int], _WriterSegment] = {}
+        for tp, (number, next_seq, checksum, started_at_ms, data_records, ended) in checkpoint.segments.items():
+            segment = segments[tp] = _WriterSegment(number, started_at_ms)
+            segment.next_seq, segment.checksum, segment.data_records, segment.ended = (
+                next_seq,
+                checksum,
+                data_records,
+                ended,
+            )
+        self._segments = segments
 
     def open_partitions(self, topic: str | None = None) -> list[tuple[str, int]]:
         """(topic, partition) pairs whose segment is open (of one topic, or all)."""

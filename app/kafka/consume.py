@@ -129,6 +129,9 @@ async def follow(
     **consumer_options,
 ) -> AsyncIterator[ConsumedRecord]:
     """Every record of every partition of the topic, live, until cancelled."""
+    # The reset aiokafka starts on assignment (a consumer without a group has no committed
+    # offset) races the seek below, and the one finishing last wins: they must agree.
+    consumer_options.setdefault("auto_offset_reset", "earliest" if from_beginning else "latest")
     async with _standalone_consumer(bootstrap, security=security, **consumer_options) as consumer:
         tps = await topic_partitions(consumer, topic)
         consumer.assign(tps)

@@ -93,15 +93,18 @@ async def wait_until_caught_up(
     *,
     timeout: float = 60.0,
     workers: Iterable[WorkerProcess] = (),
+    ends: dict[int, int] | None = None,
 ) -> float:
-    """Wait until the group has committed the topic's end offset on every partition.
+    """Wait until the group has committed `ends` (default: the topic's end offsets) on every
+    partition.
 
     Returns the seconds waited. The validator awaits its incidents and flushes its state
     before a commit, so from then on both are complete.
     """
     started = time.monotonic()
     workers = list(workers)
-    ends = await exact_end_offsets(bootstrap, topic)
+    if ends is None:
+        ends = await exact_end_offsets(bootstrap, topic)
     committed: dict[int, int] = {}
     while True:
         committed = await committed_offsets(bootstrap, group, topic, sorted(ends))

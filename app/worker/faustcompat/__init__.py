@@ -110,6 +110,12 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("aiokafka.consumer.fetcher:FetchResult._update_position", ("self",), "parsed"),
     ("aiokafka.consumer.fetcher:FetchResult._partition_records", None, "parsed"),
     ("aiokafka.consumer.fetcher:READ_COMMITTED", None, "parsed: aiokafka's isolation level constant"),
+    (
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer",
+        ("self", "transport"),
+        "transport: the worker reads committed records under at_least_once too",
+    ),
+    ("aiokafka.consumer.consumer:AIOKafkaConsumer._isolation_level", None, "transport: read_committed, set before start"),
     ("aiokafka.producer.sender:InitPIDHandler", None, "Tansu: InitProducerId v3 (kdiv.kafka.tansu)"),
     ("aiokafka.producer.sender:InitPIDHandler.create_request", ("self",), "Tansu: the v3 request"),
     ("aiokafka.producer.sender:InitPIDHandler._sender", None, "Tansu: the transaction manager's ids"),

@@ -66,6 +66,16 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     # offset its saved state has not validated (`KdivConsumer.cap_next_seek`).
     _caps: dict[TP, int]
 
+    def _create_worker_consumer(self, transport):
+        consumer = super()._create_worker_consumer(transport)
+        if not self.tansu:
+            # DIV judges what the topic's consumers read: committed records only, under
+            # either processing guarantee. An aborted transaction's records are no data (a
+            # DivWriter takes their seqs again), and Faust reads them under at_least_once.
+            # (Tansu delivers aborted records whatever the isolation level.)
+            consumer._isolation_level = "read_committed"
+        return consumer
+
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)
 
