@@ -8,11 +8,12 @@ lag cannot be compaction's doing and is reported.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
 from kdiv.kafka.topics import create_topic
 from kdiv.writer import DivWriter
@@ -23,12 +24,13 @@ KEYS = 20
 LAG_MS = 8000
 
 
-async def create_compacted(bootstrap: str, topic: str, partitions: int, lag_ms: int) -> None:
+async def create_compacted(bootstrap: str, topic: str, partitions: int, lag_ms: int, policy: str = "compact") -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         config = {
-            "cleanup.policy": "compact",
+            "cleanup.policy": policy,
+            "retention.ms": "-1",
             "min.compaction.lag.ms": str(lag_ms),
             # A segment rolls a second after its first record, so the cleaner has closed
             # segments to work on; it never compacts the active one.
@@ -49,13 +51,12 @@ def described(incident) -> str:
 
 async def records_in(bootstrap: str, topic: str, partition: int) -> list[int]:
     """The offsets the partition holds now, from its log start to its end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
         offsets: list[int] = []
         while await consumer.position(tp) < end:
             batch = await consumer.getmany(tp, timeout_ms=1000)
@@ -127,4 +128,61 @@ async def test_gaps_compaction_explains_are_no_incident_and_a_fresh_gap_is_missi
     finally:
         for writer in writers:
             await writer.close()
+        worker.terminate()
+
+
+async def test_the_nightly_job_over_a_compacted_topic_finds_nothing_false_and_the_keys_delete_records_removed(
+    bootstrap, registry_url, spark, tmp_path
+):
+    """The reconciliation compares the worker's key ledger with what the cleaner left: the
+    superseded records it removed are no finding. DeleteRecords (allowed where the policy
+    includes delete) then removes keys the worker had validated: no live incident (they were
+    validated), and the nightly job finds exactly those keys LOST."""
+    from tests.integration.test_reconcile_job import found_in, reconcile_in_process
+
+    topic = f"compacted-{uuid.uuid4().hex[:8]}"
+    await create_compacted(bootstrap, topic, 1, lag_ms=1000, policy="compact,delete")
+    app_id = f"compaction-rec-{uuid.uuid4().hex[:8]}"
+    writer = await DivWriter.start(bootstrap, producer_options={"acks": "all"})
+    worker = WorkerProcess("w", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+    try:
+        once = {}
+        for i in range(8):  # keys written once, first
+            once[b"once-%d" % i] = (await (await writer.send(topic, b"only", key=b"once-%d" % i, partition=0))).offset
+        written = 1 + len(once)
+        for round_ in range(3):
+            for i in range(200):
+                await writer.send(topic, b"v%d-%d" % (round_, i), key=b"key-%d" % (i % KEYS), partition=0)
+                written += 1
+            await writer.flush()
+            await asyncio.sleep(1.1)
+        await writer.send_and_wait(topic, b"roll", key=b"key-0", partition=0)
+        written += 1
+        await wait_compacted(bootstrap, topic, 0, written)
+
+        worker.start()
+        await worker.wait_ready()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker])
+        assert await read_incidents(bootstrap, app_id) == {}
+        code, report, _ = reconcile_in_process(spark, bootstrap, registry_url, app_id, [topic], tmp_path / "clean")
+        summary = json.loads((report / "summary.json").read_text())
+        assert (code, summary["status"], sum(summary["counts"].values())) == (0, "clean", 0), summary
+
+        # Everything before the last once-key's record goes, validated long ago.
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            cut = max(once.values()) + 1
+            await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(before_offset=cut)})
+        finally:
+            await admin.close()
+        await writer.send_and_wait(topic, b"after", key=b"key-1", partition=0)
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker])
+        assert await read_incidents(bootstrap, app_id) == {}
+
+        code, report, _ = reconcile_in_process(spark, bootstrap, registry_url, app_id, [topic], tmp_path / "deleted")
+        assert code == 1
+        assert found_in(spark, report) == {("LOST", topic, 0, offset, key) for key, offset in once.items()}
+    finally:
+        await writer.close()
         worker.terminate()
