@@ -21,8 +21,9 @@ a push boundary: START_OF_PUSH and END_OF_PUSH open a new unit (`opens_unit`).
 
 The replay rule holds only while the offsets name the records validated there. When the
 log is rewound under them (a topic recreated, a truncation) the worker says so (`rewind`,
-`check_topic_id`): the range is reported once and forgotten as validated, so the records
-now at those offsets are judged as new.
+from `check_topic_id`, the content of a re-delivered record, and the worker's high
+watermark and leader epoch checks): the range is reported once and forgotten as
+validated, so the records now at those offsets are judged as new.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Rewind:
     partition: int
     first_offset: int
     last_offset: int  # the last validated offset when the rewind was found
-    detected_by: str  # "topic id", "high watermark" or "content"
+    detected_by: str  # "topic id", "high watermark", "leader epoch" or "content"
     detail: str
     in_push: bool
 

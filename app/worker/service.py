@@ -50,6 +50,7 @@ from kdiv.worker.audit import PipelineAudit, observations_by_partition
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
+from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_leader_epochs
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     hand_over_table_writes,
@@ -59,7 +60,13 @@ from kdiv.worker.faustcompat.internals import (
     topic_partitions,
 )
 from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
-from kdiv.worker.faustcompat.transport import broker_url, cap_next_seek, restart_at, restart_from_beginning
+from kdiv.worker.faustcompat.transport import (
+    broker_url,
+    cap_next_seek,
+    leader_epoch_ends,
+    restart_at,
+    restart_from_beginning,
+)
 from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
@@ -90,6 +97,9 @@ METADATA_MAX_AGE_MS = 5_000
 # How long a commit waits for a partition leader to confirm that its log ends lower than
 # the last fetch said (`_check_high_watermarks`); unanswered, it asks at the next commit.
 HIGHWATER_CONFIRM_TIMEOUT_S = 5.0
+# How long a batch of a new leader epoch waits for its leader to say where the last epoch
+# validated ends (`_log_diverged`); unanswered, the batch is fetched again.
+LEADER_EPOCH_TIMEOUT_S = 5.0
 # Log start offsets (records deleted before validation, `_check_log_starts`): how long one
 # ListOffsets may take, how often it is tried before a gap is judged without it, and how
 # often idle partitions are polled.
@@ -189,6 +199,11 @@ class ValidationWorker:
         self.topic_ids = TopicIds(settings)
         # Venice's semantics knows no log rewinds: its verdicts alone, as Venice gives them.
         self.detects_rewinds = settings.semantics == "exact"
+        # The leader epoch signal of rewinds (`_log_diverged`): per watched partition, the
+        # leader epoch of the last batch validated. In memory: a worker started afresh
+        # learns it from its first batch (the other signals cover what came before).
+        self.checks_leader_epochs = self.detects_rewinds
+        self._leader_epochs: dict[tuple[str, int], int] = {}
         # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
         self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
@@ -457,6 +472,7 @@ class ValidationWorker:
         """Unload revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
+            self._leader_epochs.pop((tp.topic, tp.partition), None)
             self.changefeeds.forget(tp.topic, tp.partition)
             if self.audit is not None:
                 if tp.topic == self.settings.observations:
@@ -609,6 +625,53 @@ class ValidationWorker:
             # from now on are new.
             await restart_at(self.app.consumer, truncated)
 
+    async def _log_diverged(self, key: tuple[str, int], records: Sequence) -> bool:
+        """The leader epoch signal (KIP-320), before a batch is validated. Records of a leader
+        epoch newer than the last batch validated mean the partition changed leaders since:
+        the leader says where the epoch last validated ends in its log, and an end below the
+        next offset to validate means the records from there on, validated, are not in the
+        log. Those offsets are rewound and the partition is read again from that end: the
+        batch is dropped (True), its records fetched again in order. Exact, unlike the high
+        watermark, even when new records have already filled the log past the old end."""
+        epochs = batch_leader_epochs(records)
+        if not epochs:
+            return False
+        newest = epochs[-1][1]
+        known = self._leader_epochs.get(key, NO_EPOCH)
+        part = self.live.validator.partitions.get(key)
+        if newest <= known or known == NO_EPOCH or part is None or part.last_offset < 0:
+            self._leader_epochs[key] = max(newest, known)
+            return False
+        tp = TP(*key)
+        position = part.last_offset + 1
+        try:
+            ends = await asyncio.wait_for(leader_epoch_ends(self.app.consumer, {tp: known}), LEADER_EPOCH_TIMEOUT_S)
+        except EpochsUnsupported as old:
+            log.warning("%s: log rewinds are found without leader epochs", old)
+            self.checks_leader_epochs = False
+            return False
+        except (TimeoutError, KafkaError) as unanswered:
+            # Not validated unchecked: fetched again from the same offset, asked again then.
+            log.info("where leader epoch %d of %s[%d] ends is not known yet (%r)", known, *key, unanswered)
+            await restart_at(self.app.consumer, {tp: position})
+            return True
+        epoch, end = ends.get(tp, (NO_EPOCH, -1))
+        if not 0 <= end < position:
+            self._leader_epochs[key] = newest
+            return False
+        self.live.rewind(
+            key[0],
+            key[1],
+            end,
+            "leader epoch",
+            f"leader epoch {known}, the last one validated, ends at offset {end} in the leader's log "
+            f"(OffsetForLeaderEpoch{'' if epoch == known else f' answered with epoch {epoch}'}; "
+            f"the log is in epoch {newest} now)",
+        )
+        await restart_at(self.app.consumer, {tp: end})
+        self._note_rewinds()
+        return True
+
     def _note_rewinds(self) -> None:
         """Rewinds found by `live` become incidents, written with their partitions' next unit."""
         now = self.clock()
@@ -759,13 +822,15 @@ class ValidationWorker:
                 if audit.is_route_topic(topic):
                     audit.observe(topic, partition, records)
             self._ensure_loaded(key)
+            if self.checks_leader_epochs and await self._log_diverged(key, records):
+                continue  # read again from where the log diverged
             if topic in self._schema_topics:
                 for record in records:
                     self._note_framing(topic, partition, record, self._framed)
             watch = self._watch.get(key)
             if watch is None:
-                watch = self._watch[key] = self.runs.producers_in_runs(topic, partition)
-                watch |= live.producers_behind_deletions(topic, partition)
+                watch = self._watch[key] = live.producers_behind_deletions(topic, partition)
+                watch |= self.runs.producers_in_runs(topic, partition)
             results: list[ValidationResult] = []
             i, end = 0, len(records)
             while True:

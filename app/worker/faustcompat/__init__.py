@@ -2,7 +2,8 @@
 
 Everything here names what Faust does that kdiv corrects or needs: exact end offsets and
 exact seeks after assignment (`transport`), the watched topics' records in whole batches
-(`batches`, taken from aiokafka in bulk by `parsed`), table writes outside a stream, key by key or in
+(`batches`, taken from aiokafka in bulk by `parsed`, with their batches' leader epochs and
+OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key by key or in
 whole batches (`tables`), and reads of recovery and assignment
 state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
@@ -116,6 +117,18 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         "transport: the worker reads committed records under at_least_once too",
     ),
     ("aiokafka.consumer.consumer:AIOKafkaConsumer._isolation_level", None, "transport: read_committed, set before start"),
+    (
+        "aiokafka.consumer.fetcher:MemoryRecords",
+        None,
+        "epochs: replaced by EpochTrackingRecords, which also keeps each batch's leader epoch",
+    ),
+    ("aiokafka.record.memory_records:MemoryRecords.next_batch", None, "epochs: whole batches, in order"),
+    ("aiokafka.protocol.api:Request.prepare", ("self", "versions"), "epochs: OffsetForLeaderEpoch, as aiokafka's own"),
+    ("aiokafka.protocol.api:RequestStruct", None, "epochs: OffsetForLeaderEpoch v3"),
+    ("aiokafka.protocol.api:Response", None, "epochs: OffsetForLeaderEpoch v3"),
+    ("aiokafka.protocol.types:Schema", None, "epochs: OffsetForLeaderEpoch v3"),
+    ("aiokafka.client:AIOKafkaClient.send", ("self", "node_id", "request"), "epochs: on the consumer's client"),
+    ("faust.transport.consumer:ThreadDelegateConsumer._thread", None, "seeks and leader epochs in the consumer thread"),
     ("aiokafka.producer.sender:InitPIDHandler", None, "Tansu: InitProducerId v3 (kdiv.kafka.tansu)"),
     ("aiokafka.producer.sender:InitPIDHandler.create_request", ("self",), "Tansu: the v3 request"),
     ("aiokafka.producer.sender:InitPIDHandler._sender", None, "Tansu: the transaction manager's ids"),

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from faust.types import TP
 
+from kdiv.worker.faustcompat.epochs import records_from
 from kdiv.worker.faustcompat.parsed import yield_parsed_records
 
 
@@ -141,7 +142,7 @@ class BatchDrainConsumer:
                 continue
             start = read_offset[tp]
             if start is not None and tp_records and tp_records[0].offset < start:
-                tp_records = [r for r in tp_records if r.offset >= start]
+                tp_records = records_from(tp_records, start)
             if tp_records:
                 batch[tp] = tp_records
         for tp, tp_records in others:

@@ -14,6 +14,9 @@ the batch at once. That is exact only when the whole fetch result is drained in 
 `getall` without a record limit, which is what `_getall_parsed` does and the only way
 Faust reads (it sets no `broker_max_poll_records`); any other read takes aiokafka's own path.
 
+Each partition's records come as `EpochedRecords`, naming the leader epoch of each batch
+(`kdiv.worker.faustcompat.epochs`, for the worker's leader epoch check of log rewinds).
+
 The switch is per process and per topic: another aiokafka consumer of a watched topic in the
 worker's process would get parsed records from `getmany` too. The worker has none (its
 incidents reader follows the incidents topic); keep it so.
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import aiokafka.errors as errors
 from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+
+from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochedRecords, track_batch_epochs
 
 # Topics whose records aiokafka's fetcher hands over as parsed, in this process.
 _PARSED_TOPICS: set[str] = set()
@@ -34,6 +39,7 @@ def yield_parsed_records(topics: frozenset[str]) -> None:
     """Make every aiokafka consumer of this process return the records of `topics` as
     parsed, from `getall` without a record limit (see the module doc)."""
     _PARSED_TOPICS.update(topics)
+    track_batch_epochs()
     PartitionRecords._unpack_records = _unpack_parsed_or_records
     FetchResult.getall = _getall_parsed
 
@@ -57,12 +63,14 @@ def _getall_parsed(self: FetchResult, max_records=None):
     records._records_iterator = None
     self._update_position()
     self._partition_records = None
-    return taken
+    return EpochedRecords(taken, records.__dict__.pop("kdiv_epochs", []))
 
 
 def _unpack_parsed(self: PartitionRecords):
     tp = self._tp
     records = self._records
+    # (first offset, leader epoch) of each batch yielded, for `_getall_parsed`.
+    epochs: list[tuple[int, int]] = self.__dict__.setdefault("kdiv_epochs", [])
     while records.has_next():
         next_batch = records.next_batch()
         if self._check_crcs and not next_batch.validate_crc():
@@ -86,4 +94,5 @@ def _unpack_parsed(self: PartitionRecords):
         # Past the batch's last offset even when compaction removed its last records.
         self.next_fetch_offset = next_batch.next_offset
         if first < len(parsed):
+            epochs.append((parsed[first].offset, getattr(records, "batch_epoch", NO_EPOCH)))
             yield from parsed[first:] if first else parsed

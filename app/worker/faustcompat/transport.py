@@ -43,6 +43,7 @@ from faust.types import TP, Message
 
 from kdiv.kafka.tansu import end_offsets
 from kdiv.worker.faustcompat.batches import BatchDrainConsumer
+from kdiv.worker.faustcompat.epochs import end_offsets_for_epochs
 
 KAFKA_SCHEME = "kdiv"
 TANSU_SCHEME = "kdiv-tansu"
@@ -130,6 +131,13 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _restart_at(self, offsets: Mapping[TP, int]) -> None:
         self._seek_stamped(self._ensure_consumer(), offsets)
+
+    async def leader_epoch_ends(self, epochs: Mapping[TP, int]) -> Mapping[TP, tuple[int, int]]:
+        """`kdiv.worker.faustcompat.epochs.end_offsets_for_epochs`, on the consumer's client."""
+        return await self.call_thread(self._leader_epoch_ends, epochs)
+
+    async def _leader_epoch_ends(self, epochs: Mapping[TP, int]) -> Mapping[TP, tuple[int, int]]:
+        return await end_offsets_for_epochs(self._ensure_consumer()._client, epochs)
 
     async def _fetch_records(self, *args, **kwargs) -> _Fetched:
         records = _Fetched(await super()._fetch_records(*args, **kwargs))
@@ -263,6 +271,12 @@ async def restart_from_beginning(consumer, partitions: list[TP]) -> None:
 async def restart_at(consumer, offsets: Mapping[TP, int]) -> None:
     """`KdivConsumer.restart_at`, for Faust's app.consumer."""
     await cast(KdivConsumer, consumer).restart_at(offsets)
+
+
+async def leader_epoch_ends(consumer, epochs: Mapping[TP, int]) -> Mapping[TP, tuple[int, int]]:
+    """Where each partition's given leader epoch ends in its leader's log: (epoch, end offset)
+    (`kdiv.worker.faustcompat.epochs`), for Faust's app.consumer."""
+    return await cast(KdivConsumerThread, cast(KdivConsumer, consumer)._thread).leader_epoch_ends(epochs)
 
 
 def broker_url(bootstrap: str, *, tansu: bool) -> str:
