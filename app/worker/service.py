@@ -605,9 +605,9 @@ class ValidationWorker:
             return
         truncated: dict[TP, int] = {}
         for tp, fetched in sorted(suspects.items()):
-            part = self.live.validator.partitions.get((tp.topic, tp.partition))
+            state = self.live.validator.partitions.get((tp.topic, tp.partition))
             end = ends.get(tp)
-            if part is None or end is None or end < 0 or end > part.last_offset:
+            if state is None or end is None or end < 0 or end > state.last_offset:
                 continue
             self.live.rewind(
                 tp.topic,
@@ -615,7 +615,7 @@ class ValidationWorker:
                 end,
                 "high watermark",
                 f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}), "
-                f"below offset {part.last_offset} validated",
+                f"below offset {state.last_offset} validated",
             )
             truncated[tp] = end
         if truncated:

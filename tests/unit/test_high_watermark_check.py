@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import Any, cast
 
 from aiokafka.errors import UnknownError
 from faust.types import TP
@@ -31,7 +32,7 @@ class Consumer:
     def highwater(self, tp: TP) -> int:
         return self.fetched
 
-    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+    async def highwaters(self, *tps: TP) -> dict[TP, Any]:
         self.asked += 1
         if isinstance(self.answer, BaseException):
             raise self.answer
@@ -46,7 +47,7 @@ class Consumer:
 def worker_over(consumer: Consumer) -> ValidationWorker:
     """A worker with only what the check reads: the validated partitions and the consumer."""
     worker = ValidationWorker.__new__(ValidationWorker)
-    worker.app = SimpleNamespace(consumer=consumer)
+    worker.app = cast(Any, SimpleNamespace(consumer=consumer))
     worker.detects_rewinds = True
     worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
     return worker

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 from types import SimpleNamespace
+from typing import Any, cast
 
 from aiokafka.consumer.fetcher import READ_COMMITTED, PartitionRecords
 from aiokafka.errors import NotLeaderForPartitionError
@@ -111,11 +112,11 @@ class Consumer:
 
 def worker_over(consumer: Consumer) -> ValidationWorker:
     worker = ValidationWorker.__new__(ValidationWorker)
-    worker.app = SimpleNamespace(consumer=consumer)
+    worker.app = cast(Any, SimpleNamespace(consumer=consumer))
     worker.detects_rewinds = worker.checks_leader_epochs = True
     worker._leader_epochs = {}
     worker._pending, worker._unflushed = {}, set()
-    worker.stats = SimpleNamespace(log_rewinds=0)
+    worker.stats = cast(Any, SimpleNamespace(log_rewinds=0))
     worker.clock = lambda: 1_700_000_000_000
     worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
     return worker
