@@ -67,7 +67,9 @@ class BehindDeletions:
     and the losses found to lie in a deletion."""
 
     def __init__(self) -> None:
-        self._unseen: dict[tuple[str, int], dict[bytes, Deletion]] = {}
+        # Per partition, the producers not seen since each deletion, oldest deletion first: a
+        # set per deletion (usually one), which the worker copies into its watch at each flush.
+        self._unseen: dict[tuple[str, int], list[tuple[Deletion, set[bytes]]]] = {}
         self._losses: dict[tuple[str, int], dict[bytes, _Loss]] = {}
 
     def __bool__(self) -> bool:
@@ -77,15 +79,25 @@ class BehindDeletions:
     def note(self, deletion: Deletion, producers: Iterable[bytes]) -> None:
         """`producers` (every producer of the partition) were last seen before `deletion`;
         one still unseen since an earlier deletion stays behind that one."""
-        unseen = self._unseen.setdefault((deletion.topic, deletion.partition), {})
-        for guid in producers:
-            unseen.setdefault(guid, deletion)
+        groups = self._unseen.setdefault((deletion.topic, deletion.partition), [])
+        behind = set(producers)
+        for _, earlier in groups:
+            behind -= earlier
+        if behind:
+            groups.append((deletion, behind))
+        elif not groups:
+            del self._unseen[(deletion.topic, deletion.partition)]
 
     def unseen(self, topic: str, partition: int) -> set[bytes]:
         """The producers of the partition behind a deletion whose next record has not come:
         every record of theirs must be shown to `loss_in` until it has."""
-        unseen = self._unseen.get((topic, partition))
-        return set(unseen) if unseen else set()
+        groups = self._unseen.get((topic, partition))
+        if not groups:
+            return set()
+        watched = groups[0][1].copy()
+        for _, guids in groups[1:]:
+            watched |= guids
+        return watched
 
     def loss_in(self, result: ValidationResult) -> Deletion | None:
         """The deletion a result's loss lies in, or None. Results come in record order.
@@ -98,11 +110,8 @@ class BehindDeletions:
         if guid is None or not (self._unseen or self._losses):
             return None
         tp = (result.record.topic, result.record.partition)
-        unseen = self._unseen.get(tp)
-        deletion = unseen.pop(guid, None) if unseen else None
+        deletion = self._first_seen(tp, guid)
         if deletion is not None:
-            if not unseen:
-                del self._unseen[tp]
             if result.verdict not in LOSS_VERDICTS:
                 return None
             gap = result.gap
@@ -121,6 +130,21 @@ class BehindDeletions:
             if not result.fatal:
                 losses[guid] = replace(loss, stuck=False)
             return loss.deletion
+        return None
+
+    def _first_seen(self, tp: tuple[str, int], guid: bytes) -> Deletion | None:
+        """The deletion `guid` was behind if this is its first record since (it is no longer)."""
+        groups = self._unseen.get(tp)
+        if not groups:
+            return None
+        for i, (deletion, guids) in enumerate(groups):
+            if guid in guids:
+                guids.discard(guid)
+                if not guids:
+                    del groups[i]
+                    if not groups:
+                        del self._unseen[tp]
+                return deletion
         return None
 
     def forget(self, topic: str, partition: int) -> None:

@@ -188,6 +188,42 @@ async def test_delete_records_while_the_worker_is_down_is_one_incident(bootstrap
         worker.terminate()
 
 
+async def test_a_worker_killed_as_it_writes_the_incident_does_not_double_it(bootstrap, topic_factory, tmp_path):
+    """SIGKILLed as soon as the incident is on the topic: before or after the state that
+    accounts for the range was saved. Restarted, the worker finds the range again under the
+    same key, or not at all; either way the incidents are the same."""
+    topic = topic_factory(1)
+    worker = worker_for(bootstrap, topic, tmp_path)
+    try:
+        async with Producers(bootstrap, topic) as producers:
+            worker.start()
+            await worker.wait_ready()
+            await producers.write(BEFORE)
+            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
+            first = await end_offset(bootstrap, topic)
+            worker.terminate()
+            await producers.write(DELETED)
+            start = await end_offset(bootstrap, topic)
+            await delete_records(bootstrap, topic, start)
+            await producers.write(AFTER)
+
+            worker.start()
+            deadline = time.monotonic() + 60
+            while not await read_incidents(bootstrap, worker.app_id):
+                assert time.monotonic() < deadline and worker.alive, worker.log_tail()
+                await asyncio.sleep(0.05)
+            worker.sigkill()
+            worker.start()
+            await worker.wait_ready()
+            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
+            versions = await read_incidents(bootstrap, worker.app_id)
+            incidents = [v[-1] for v in versions.values()]
+            assert shape(incidents) == expected(producers, first) and len(versions) == 3, versions
+            check_details(incidents, first, start - 1)
+    finally:
+        worker.terminate()
+
+
 async def test_delete_records_under_a_running_worker_that_lags_is_one_incident(bootstrap, topic_factory, tmp_path):
     """The worker is stopped (SIGSTOP) with nothing left to read, long enough for its
     consumer's pending fetch to come back empty, and well within its session: when it goes on,

@@ -231,3 +231,27 @@ def test_a_loss_verdict_without_a_deletion_is_untouched():
     (noted,) = incidents_for(result, NOW, Deletion("orders", 0, 1, 3, "fetch", "-", False))
     assert plain.detail == "seq 5 follows seq 3"
     assert noted.detail.startswith("seq 5 follows seq 3; deleted before validation") and noted.key == plain.key
+
+
+def test_a_producer_unseen_since_an_earlier_deletion_stays_behind_it():
+    live = new_live()
+    log = Log("orders")
+    judge(
+        live, segments_started(log, [GUID_A, GUID_B]) + data(log, GUID_A, range(1, 3)) + data(log, GUID_B, range(1, 3))
+    )
+    deleted(log, data(log, GUID_A, range(3, 5)) + data(log, GUID_B, range(3, 4)))
+    first = live.log_starts_at("orders", 0, log.next_offset[0], "fetch", "-")
+    assert first is not None
+    (a_first,) = judge(live, data(log, GUID_A, range(5, 7)))
+    assert f"offsets {first.first_offset}..{first.last_offset}" in a_first.detail
+    deleted(log, data(log, GUID_A, range(7, 9)) + data(log, GUID_B, range(4, 6)))
+    second = live.log_starts_at("orders", 0, log.next_offset[0], "fetch", "-")
+    assert second is not None and live.producers_behind_deletions("orders", 0) == {GUID_A, GUID_B}
+
+    incidents = {i.producer: i for i in judge(live, data(log, GUID_B, range(6, 7)) + data(log, GUID_A, range(9, 10)))}
+    assert (incidents[GUID_B.hex()].seq, incidents[GUID_A.hex()].seq) == (3, 7)
+    assert (
+        f"offsets {first.first_offset}..{first.last_offset}" in incidents[GUID_B.hex()].detail
+    )  # last seen before both
+    assert f"offsets {second.first_offset}..{second.last_offset}" in incidents[GUID_A.hex()].detail
+    assert live.producers_behind_deletions("orders", 0) == set()
