@@ -17,7 +17,7 @@ import random
 from contextlib import aclosing
 
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.structs import RecordMetadata
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
@@ -187,12 +187,20 @@ class FaultyPipeline:
 AT_REST_FAULTS = ("LOST", "DIVERGED", "UNVALIDATED")
 
 
+# The demo's compacted topic: compacted a minute after a write, and deletable (DeleteRecords
+# needs "delete" in the policy), with no deletion by age.
+COMPACTED_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": "-1", "min.compaction.lag.ms": "60000"}
+
+
 class AtRestFaults:
-    """Findings for the nightly reconciliation on the compacted topic: the worker's key ledger
-    made to disagree with the topic at rest, as a store restored wrongly or a log rewritten
-    under the validator would. (The embedded broker never compacts, so the topic itself
-    cannot lose a record at rest.) Each fault uses a key of its own, written once, so the
-    worker's later entries never overwrite it."""
+    """Findings for the nightly reconciliation on the compacted topic.
+
+    LOST comes from the broker itself: a key written once, validated, then removed from the
+    log by DeleteRecords (an operator's or a tool's), with every record before it, so the
+    keys whose latest record was there are LOST too. A single broker cannot rewrite a
+    record in place, so DIVERGED and UNVALIDATED are made in the worker's key ledger, as a
+    store restored wrongly would disagree with the topic. Each uses a key of its own,
+    written once, so the worker's later entries never overwrite it."""
 
     def __init__(
         self, bootstrap: str, pipeline: FaultyPipeline, app_id: str, partitions: int, security: KafkaSecurity
@@ -204,6 +212,8 @@ class AtRestFaults:
         self.ledger_topic = ledger_changelog_topic_name(app_id, partitions)
         self._values: StateValues | None = None
         self._counter = itertools.count()
+        # partition -> the log start offset LOST's DeleteRecords set last.
+        self.deleted_before: dict[int, int] = {}
 
     async def inject(self, finding: str, partition: int, wait_s: float = 60.0) -> bool:
         """Make `finding` for one key of `partition`; False when the worker has written no
@@ -215,30 +225,47 @@ class AtRestFaults:
             return False
         n = next(self._counter)
         if finding == "LOST":
-            # An entry for a key the topic never had: the record it names is gone.
-            key = b"at-rest-lost-%d" % n
-            entry = KeyValidation(0, self.pipeline.writer.clock_ms(), at_rest_crc(key, b"gone"), False)
-            value: bytes | None = values.encode_packed_key_validation(pack_key_validation(entry))
-        else:
-            key, value_bytes = b"at-rest-%s-%d" % (finding.lower().encode(), n), b"kept at rest"
-            stamped = self.pipeline.writer.stamper.data(
-                topic, partition, key, value_bytes, self.pipeline.writer.clock_ms()
-            )
-            sent = await self.pipeline.send(stamped)
-            assert sent is not None
-            if not await self._validated(partition, sent.offset, wait_s):
-                return False
+            return await self._delete_through(b"at-rest-lost-%d" % n, partition, wait_s)
+        key, value_bytes = b"at-rest-%s-%d" % (finding.lower().encode(), n), b"kept at rest"
+        stamped = self.pipeline.writer.stamper.data(topic, partition, key, value_bytes, self.pipeline.writer.clock_ms())
+        sent = await self.pipeline.send(stamped)
+        assert sent is not None
+        if not await self._validated(partition, sent.offset, wait_s):
+            return False
+        value: bytes | None = None  # UNVALIDATED: the ledger lost the entry of a record below the validated offset
+        if finding == "DIVERGED":  # the ledger's bytes at that offset differ from the topic's
             header = decode(dict(stamped[-1].headers)[HEADER_NAME])
             crc = at_rest_crc(key, value_bytes)
-            if finding == "DIVERGED":  # the ledger's bytes at that offset differ from the topic's
-                entry = KeyValidation(
-                    sent.offset, sent.timestamp, crc ^ 0xFFFFFFFF, False, header.guid, header.segment, header.seq
-                )
-                value = values.encode_packed_key_validation(pack_key_validation(entry))
-            else:  # UNVALIDATED: the ledger lost the entry of a record below the validated offset
-                value = None
+            entry = KeyValidation(
+                sent.offset, sent.timestamp, crc ^ 0xFFFFFFFF, False, header.guid, header.segment, header.seq
+            )
+            value = values.encode_packed_key_validation(pack_key_validation(entry))
         await producer.send_and_wait(self.ledger_topic, value, ledger_key(topic, partition, key), partition=partition)
         log.warning("injected at-rest %s on %s/%d (key %s)", finding, topic, partition, key.decode())
+        return True
+
+    async def _delete_through(self, key: bytes, partition: int, wait_s: float) -> bool:
+        """Write `key` once, wait until the worker validated it, then DeleteRecords up to and
+        including it."""
+        topic = self.pipeline.topic
+        stamped = self.pipeline.writer.stamper.data(
+            topic, partition, key, b"deleted at rest", self.pipeline.writer.clock_ms()
+        )
+        sent = await self.pipeline.send(stamped)
+        assert sent is not None
+        if not await self._validated(partition, sent.offset, wait_s):
+            return False
+        admin = admin_client(self.bootstrap, self.security)
+        await admin.start()
+        try:
+            tp = TopicPartition(topic, partition)
+            await admin.delete_records({tp: RecordsToDelete(before_offset=sent.offset + 1)})
+        finally:
+            await admin.close()
+        self.deleted_before[partition] = sent.offset + 1
+        log.warning(
+            "at rest: DeleteRecords on %s/%d before offset %d (key %s)", topic, partition, sent.offset + 1, key.decode()
+        )
         return True
 
     async def _ledger_values(self) -> StateValues | None:
@@ -303,8 +330,9 @@ async def run_demo(
     "kdiv-demo=0.2"), for the pipeline audit."""
     await ensure_topic(bootstrap, topic, partitions, security, replication_factor)
     if compacted_topic:
-        config = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
-        await ensure_topic(bootstrap, compacted_topic, partitions, security, replication_factor, config)
+        await ensure_topic(
+            bootstrap, compacted_topic, partitions, security, replication_factor, dict(COMPACTED_TOPIC_CONFIG)
+        )
     producer = new_producer(bootstrap, security=security)
     await producer.start()
 

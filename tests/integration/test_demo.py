@@ -9,13 +9,21 @@ import pytest
 
 from kdiv.config.security import PLAINTEXT
 from kdiv.config.settings import Settings
-from kdiv.dev.demo import AT_REST_FAULTS, FAULTS, AtRestFaults, FaultyPipeline, ensure_topic, run_demo
+from kdiv.dev.demo import (
+    AT_REST_FAULTS,
+    COMPACTED_TOPIC_CONFIG,
+    FAULTS,
+    AtRestFaults,
+    FaultyPipeline,
+    ensure_topic,
+    run_demo,
+)
 from kdiv.div.validator import DataIntegrityValidator
-from kdiv.div.wire import readable_div_header
+from kdiv.div.wire import Kind, readable_div_header
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.discovery import discover
 from kdiv.writer import DivWriter
-from tests.harness.broker import delete_topic, wait_until_caught_up
+from tests.harness.broker import delete_topic, read_incidents, wait_until_caught_up
 from tests.harness.processes import WorkerProcess
 from tests.integration.test_reconcile_job import found_in, reconcile_in_process
 
@@ -65,6 +73,12 @@ async def test_each_injected_fault_shows_its_verdict(bootstrap, topic_factory, f
         assert verdicts.count("UNTRACKED") == 1
 
 
+def readable_data_key(record) -> bool:
+    """A data record with a key (not a control record, whose key names its producer)."""
+    header = readable_div_header(record.headers)
+    return header is not None and header.kind == Kind.DATA and record.key is not None and record.value is not None
+
+
 async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
     topic = topic_factory(2)
     compacted = f"{topic}-compacted"
@@ -74,7 +88,7 @@ async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
         2,
         rate=400,
         fault_every_s=0.15,
-        duration_s=len(FAULTS) * 0.15 + 0.6,
+        duration_s=2 * len(FAULTS) * 0.15 + 0.6,  # two passes of the schedule: one may be slow under load
         writers=3,
         restart_every_s=0.5,
         compacted_topic=compacted,
@@ -116,11 +130,12 @@ async def test_demo_run_shows_every_fault_class(bootstrap, topic_factory):
 
 
 async def test_at_rest_faults_are_what_the_nightly_reconciliation_finds(bootstrap, registry_url, spark, tmp_path):
-    """A worker validates the demo's compacted topic; the demo alters its key ledger at rest;
-    the reconciliation finds exactly one LOST, one DIVERGED and one UNVALIDATED."""
+    """A worker validates the demo's compacted topic; the demo deletes the head of one
+    partition (DeleteRecords) and alters the worker's key ledger at rest: the reconciliation
+    finds every key the deletion removed LOST, one DIVERGED and one UNVALIDATED."""
     app_id = f"atrest-{uuid.uuid4().hex[:8]}"
     topic = f"kdiv-demo-at-rest-{app_id}"  # created compacted here (topic_factory's are not)
-    await ensure_topic(bootstrap, topic, 2, config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"})
+    await ensure_topic(bootstrap, topic, 2, config=dict(COMPACTED_TOPIC_CONFIG))
     worker = WorkerProcess("atrest", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
     writer = await DivWriter.start(bootstrap)
     try:
@@ -130,6 +145,8 @@ async def test_at_rest_faults_are_what_the_nightly_reconciliation_finds(bootstra
         for n in range(200):
             await pipeline.healthy(n % 2)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=60)
+        # Partition 1's keys: the deletion through the LOST key removes their latest records.
+        keys_before = {r.key async for r in read_snapshot(bootstrap, topic, [1]) if readable_data_key(r)}
         at_rest = AtRestFaults(bootstrap, pipeline, app_id, 2, PLAINTEXT)
         for finding in AT_REST_FAULTS:
             assert await at_rest.inject(finding, 1, wait_s=30), finding
@@ -142,8 +159,13 @@ async def test_at_rest_faults_are_what_the_nightly_reconciliation_finds(bootstra
         await delete_topic(bootstrap, topic)
     assert code == 1, lines
     found = sorted((c, t, p, k) for c, t, p, _offset, k in found_in(spark, report))
-    assert found == [
-        ("DIVERGED", topic, 1, b"at-rest-diverged-1"),
-        ("LOST", topic, 1, b"at-rest-lost-0"),
-        ("UNVALIDATED", topic, 1, b"at-rest-unvalidated-2"),
-    ]
+    assert keys_before, "partition 1 held keys before the deletion"
+    assert found == sorted(
+        [
+            ("DIVERGED", topic, 1, b"at-rest-diverged-1"),
+            ("UNVALIDATED", topic, 1, b"at-rest-unvalidated-2"),
+            *(("LOST", topic, 1, key) for key in keys_before | {b"at-rest-lost-0"}),
+        ]
+    )
+    # No live incident: the deleted records had been validated.
+    assert await read_incidents(bootstrap, app_id) == {}
