@@ -603,27 +603,57 @@ class ValidationWorker:
                 "log ends of %s not confirmed yet (%r): asked again at the next commit", list(suspects), unanswered
             )
             return
-        truncated: dict[TP, int] = {}
+        confirmed: dict[TP, tuple[int, int]] = {}
         for tp, fetched in sorted(suspects.items()):
             state = self.live.validator.partitions.get((tp.topic, tp.partition))
             end = ends.get(tp)
-            if state is None or end is None or end < 0 or end > state.last_offset:
-                continue
+            if state is not None and end is not None and 0 <= end <= state.last_offset:
+                confirmed[tp] = (end, fetched)
+        if not confirmed:
+            return
+        # The log's end is where it was truncated only while nothing has been written since:
+        # where the leader epoch last validated ends in the leader's log is where it diverged.
+        diverged = await self._epoch_ends(list(confirmed))
+        if diverged is None:
+            return
+        truncated: dict[TP, int] = {}
+        for tp, (end, fetched) in confirmed.items():
+            state = self.live.validator.partitions[(tp.topic, tp.partition)]
+            first = min(end, diverged.get(tp, end))
+            since = "" if first == end else f", and has diverged from what was validated since offset {first}"
             self.live.rewind(
                 tp.topic,
                 tp.partition,
-                end,
+                first,
                 "high watermark",
-                f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}), "
+                f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}){since}, "
                 f"below offset {state.last_offset} validated",
             )
-            truncated[tp] = end
-        if truncated:
-            # Read on from the new end: the consumer's position, and what Faust takes as
-            # already read, may lie past it (a fetch out of range starts over at the earliest
-            # offset, whose records Faust then drops as read), and the records written there
-            # from now on are new.
-            await restart_at(self.app.consumer, truncated)
+            truncated[tp] = first
+        # Read on from there: the consumer's position, and what Faust takes as already read,
+        # may lie past it (a fetch out of range starts over at the earliest offset, whose
+        # records Faust then drops as read), and the records written there since are new.
+        await restart_at(self.app.consumer, truncated)
+
+    async def _epoch_ends(self, tps: list[TP]) -> dict[TP, int] | None:
+        """Where the leader epoch last validated ends in each partition leader's log, for the
+        partitions whose epoch is known (OffsetForLeaderEpoch); None when not answered now."""
+        epochs = {tp: self._leader_epochs.get((tp.topic, tp.partition), NO_EPOCH) for tp in tps}
+        epochs = {tp: epoch for tp, epoch in epochs.items() if epoch != NO_EPOCH}
+        if not epochs or not self.checks_leader_epochs:
+            return {}
+        try:
+            ends = await asyncio.wait_for(leader_epoch_ends(self.app.consumer, epochs), LEADER_EPOCH_TIMEOUT_S)
+        except EpochsUnsupported as old:
+            log.warning("%s: log rewinds are found without leader epochs", old)
+            self.checks_leader_epochs = False
+            return {}
+        except (TimeoutError, KafkaError) as unanswered:
+            log.info(
+                "where the leader epochs %s end is not known yet (%r): asked at the next commit", epochs, unanswered
+            )
+            return None
+        return {tp: end for tp, (_epoch, end) in ends.items() if end >= 0}
 
     async def _log_diverged(self, key: tuple[str, int], records: Sequence) -> bool:
         """The leader epoch signal (KIP-320), before a batch is validated. Records of a leader

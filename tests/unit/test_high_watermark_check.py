@@ -23,10 +23,14 @@ class Consumer:
     """The worker's consumer as the check sees it: the last fetch's high watermark, and the
     leader's answer to ListOffsets (an exception: its refusal)."""
 
-    def __init__(self, fetched: int, answer: int | BaseException | None) -> None:
+    def __init__(self, fetched: int, answer: int | BaseException | None, epoch_end: int = -1) -> None:
         self.fetched = fetched
         self.answer = answer
         self.asked = 0
+        # Where the leader epoch last validated ends on the leader (OffsetForLeaderEpoch).
+        self._thread = SimpleNamespace(leader_epoch_ends=self.leader_epoch_ends)
+        self.epoch_end = epoch_end
+        self.epochs_asked: list[dict] = []
         self.restarted: dict[TP, int] = {}
 
     def highwater(self, tp: TP) -> int:
@@ -40,6 +44,10 @@ class Consumer:
             await asyncio.sleep(3600)  # a leader that never answers
         return dict.fromkeys(tps, self.answer)
 
+    async def leader_epoch_ends(self, epochs: dict[TP, int]) -> dict[TP, tuple[int, int]]:
+        self.epochs_asked.append(dict(epochs))
+        return {tp: (epoch, self.epoch_end) for tp, epoch in epochs.items()}
+
     async def restart_at(self, offsets: dict[TP, int]) -> None:
         self.restarted.update(offsets)
 
@@ -48,7 +56,8 @@ def worker_over(consumer: Consumer) -> ValidationWorker:
     """A worker with only what the check reads: the validated partitions and the consumer."""
     worker = ValidationWorker.__new__(ValidationWorker)
     worker.app = cast(Any, SimpleNamespace(consumer=consumer))
-    worker.detects_rewinds = True
+    worker.detects_rewinds = worker.checks_leader_epochs = True
+    worker._leader_epochs = {}
     worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
     return worker
 
@@ -102,3 +111,26 @@ async def test_the_leader_confirms_a_lower_end_than_the_fetch_said():
     (rewind,) = worker.live.take_rewinds()
     assert (rewind.first_offset, rewind.last_offset) == (120, 200)
     assert consumer.restarted == {ORDERS: 120}
+
+
+async def test_a_log_refilled_since_its_truncation_is_rewound_from_where_it_diverged():
+    """New records written after the truncation put the log's end (151) above where it was
+    cut (101): the end of the leader epoch last validated says where."""
+    consumer = Consumer(fetched=150, answer=151, epoch_end=101)
+    worker = worker_over(consumer)
+    worker._leader_epochs[("orders", 0)] = 4
+    await worker._check_high_watermarks()
+    assert consumer.epochs_asked == [{ORDERS: 4}]
+    (rewind,) = worker.live.take_rewinds()
+    assert (rewind.first_offset, rewind.last_offset, rewind.detected_by) == (101, 200, "high watermark")
+    assert "diverged from what was validated since offset 101" in rewind.detail
+    assert consumer.restarted == {ORDERS: 101}
+
+
+async def test_without_a_known_epoch_the_end_is_the_truncation_point():
+    consumer = Consumer(fetched=150, answer=150, epoch_end=101)
+    worker = worker_over(consumer)  # a worker started afresh: no epoch validated yet
+    await worker._check_high_watermarks()
+    assert consumer.epochs_asked == []
+    (rewind,) = worker.live.take_rewinds()
+    assert rewind.first_offset == 150
