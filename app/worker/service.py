@@ -50,7 +50,7 @@ from kdiv.worker.audit import PipelineAudit, observations_by_partition
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
-from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_leader_epochs
+from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_leader_epochs, fetched_span
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     hand_over_table_writes,
@@ -211,6 +211,8 @@ class ValidationWorker:
         # last one found behind the log start, with their last validated offset then.
         self._next_log_start_poll_ms = 0
         self._behind_log_start: dict[TP, int] = {}
+        # Per partition, the position the fetch of its last batch left (`_check_log_starts`).
+        self._fetched_to: dict[TP, int] = {}
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -473,6 +475,7 @@ class ValidationWorker:
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
             self._leader_epochs.pop((tp.topic, tp.partition), None)
+            self._fetched_to.pop(tp, None)
             self.changefeeds.forget(tp.topic, tp.partition)
             if self.audit is not None:
                 if tp.topic == self.settings.observations:
@@ -609,6 +612,16 @@ class ValidationWorker:
             end = ends.get(tp)
             if state is not None and end is not None and 0 <= end <= state.last_offset:
                 confirmed[tp] = (end, fetched)
+            elif state is not None and end is not None:
+                log.info(
+                    "%s[%d]: a fetch's high watermark %d lay below offset %d validated; its leader says the "
+                    "log ends at %d (a new leader's high watermark catching up): no rewind",
+                    tp.topic,
+                    tp.partition,
+                    fetched,
+                    state.last_offset,
+                    end,
+                )
         if not confirmed:
             return
         # The log's end is where it was truncated only while nothing has been written since:
@@ -728,7 +741,9 @@ class ValidationWorker:
         were read (the consumer then resets to the log start). The log start the broker gives
         tells; a gap alone does not (compaction and transaction markers leave gaps too). Asked
         now, before the records after the gap are judged, so that each producer's next MISSING
-        can say its records were deleted."""
+        can say its records were deleted. Not asked when the batch's fetch started at the next
+        offset to validate or where the previous batch's fetch left off: the records between
+        were none a consumer reads, and the consumer was not reset."""
         gaps: dict[TP, tuple[int, int]] = {}
         for tp, records in batch.items():
             if not records or tp.topic not in self._table_of_topic or tp.topic in self.changefeed_topics:
@@ -736,8 +751,15 @@ class ValidationWorker:
             key = (tp.topic, tp.partition)
             self._ensure_loaded(key)
             validated = self.live.validated_to(*key)
-            if validated is not None and records[0].offset > validated + 1:
-                gaps[tp] = (validated, records[0].offset)
+            fetched_from, fetched_to = fetched_span(records)
+            left_off = self._fetched_to.pop(tp, None)
+            if fetched_to is not None:
+                self._fetched_to[tp] = fetched_to
+            if validated is None or records[0].offset <= validated + 1:
+                continue
+            if fetched_from is not None and (fetched_from <= validated + 1 or fetched_from == left_off):
+                continue
+            gaps[tp] = (validated, records[0].offset)
         if not gaps:
             return
         starts = await self._log_starts(list(gaps), attempts=LOG_START_ATTEMPTS)
