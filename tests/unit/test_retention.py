@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import uuid
 
+from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import TopicPartition
+
 from kdiv.div.faults import Verdict
 from kdiv.div.record import ConsumedRecord, consumed
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator, Semantics, ValidationResult
 from kdiv.div.wire import Kind
 from kdiv.state.values import StateValues
+from kdiv.worker.faustcompat.epochs import fetched_span
+from kdiv.worker.faustcompat.parsed import yield_parsed_records
 from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, Incident, deletion_incident, incidents_for
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.retention import Deletion
 from tests.harness.streams import GUID_A, GUID_B, NOW, Log
+from tests.unit.test_parsed_records import batch
 
 GUID_C = uuid.UUID("00000000-0000-4000-8000-00000000000c").bytes
 GUID_D = uuid.UUID("00000000-0000-4000-8000-00000000000d").bytes
@@ -255,3 +262,40 @@ def test_a_producer_unseen_since_an_earlier_deletion_stays_behind_it():
     )  # last seen before both
     assert f"offsets {second.first_offset}..{second.last_offset}" in incidents[GUID_A.hex()].detail
     assert live.producers_behind_deletions("orders", 0) == set()
+
+
+class _Position:
+    """aiokafka's partition state, as a FetchResult reads and moves it."""
+
+    paused = False
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+    def consumed_to(self, offset: int) -> None:
+        self.position = offset
+
+
+class _Assignment:
+    active = True
+
+    def __init__(self, position: int) -> None:
+        self.state = _Position(position)
+
+    def state_value(self, tp) -> _Position:
+        return self.state
+
+
+def test_a_fetch_names_where_it_started_and_the_position_it_left_past_control_batches():
+    """What the worker tells a consumer reset from a transaction marker's gap by: the records
+    of a fetch at offset 2 end at 4, its control batch (the marker at 5) moves the position to 6,
+    and the next fetch starts there."""
+    tp = TopicPartition("retention-fetch-span", 0)
+    yield_parsed_records(frozenset({tp.topic}))
+    data = batch(0, 5, producer_id=7, transactional=True) + batch(5, 1, producer_id=7, transactional=True, control=True)
+    assignment = _Assignment(2)
+    records = PartitionRecords(tp, MemoryRecords(data), [], 2, None, None, True, READ_COMMITTED)
+    fetched = FetchResult(tp, assignment=assignment, partition_records=records, backoff=0).getall()
+    assert [r.offset for r in fetched] == [2, 3, 4]
+    assert fetched_span(fetched) == (2, 6) and assignment.state.position == 6
+    assert fetched_span(list(fetched)) == (None, None)  # cut or copied: not known

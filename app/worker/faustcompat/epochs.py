@@ -76,18 +76,33 @@ def track_batch_epochs() -> None:
 
 class EpochedRecords(list):
     """One partition's parsed records, with (first offset, leader epoch) of each batch they
-    came in, in offset order."""
+    came in, in offset order; and the offset their fetch was made at and the position it
+    left (past control batches and compacted or aborted records), None when not known."""
 
-    __slots__ = ("epochs",)
+    __slots__ = ("epochs", "fetched_from", "fetched_to")
 
-    def __init__(self, records: Iterable[Any], epochs: list[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        records: Iterable[Any],
+        epochs: list[tuple[int, int]],
+        fetched_from: int | None = None,
+        fetched_to: int | None = None,
+    ) -> None:
         super().__init__(records)
         self.epochs = epochs
+        self.fetched_from = fetched_from
+        self.fetched_to = fetched_to
 
 
 def batch_leader_epochs(records: Sequence[Any]) -> list[tuple[int, int]]:
     """(first offset, leader epoch) of each batch of `records`; empty when not known."""
     return getattr(records, "epochs", [])
+
+
+def fetched_span(records: Sequence[Any]) -> tuple[int | None, int | None]:
+    """The offset the fetch of `records` was made at, and the position it left; (None, None)
+    when not known (records not handed over by the parsed path, or cut since)."""
+    return getattr(records, "fetched_from", None), getattr(records, "fetched_to", None)
 
 
 def records_from(records: Sequence[Any], offset: int) -> Sequence[Any]:

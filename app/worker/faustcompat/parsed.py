@@ -15,7 +15,10 @@ the batch at once. That is exact only when the whole fetch result is drained in 
 Faust reads (it sets no `broker_max_poll_records`); any other read takes aiokafka's own path.
 
 Each partition's records come as `EpochedRecords`, naming the leader epoch of each batch
-(`kdiv.worker.faustcompat.epochs`, for the worker's leader epoch check of log rewinds).
+(`kdiv.worker.faustcompat.epochs`, for the worker's leader epoch check of log rewinds), and
+the offset the fetch was made at and the position it left (for the worker's check of
+records deleted before validation: a fetch that starts where the last one left off or at
+the next offset to validate was no reset to the log start).
 
 The switch is per process and per topic: another aiokafka consumer of a watched topic in the
 worker's process would get parsed records from `getmany` too. The worker has none (its
@@ -57,13 +60,14 @@ def _getall_parsed(self: FetchResult, max_records=None):
     if not self.check_assignment(tp) or not self.has_more():
         return []
     records = self._partition_records
+    fetched_from = records.next_fetch_offset  # the fetch offset: nothing is drained yet
     iterator = records._records_iterator
     # Drained in C: the generator yields whole lists (`yield from`).
     taken = list(iterator) if iterator is not None else []
     records._records_iterator = None
     self._update_position()
     self._partition_records = None
-    return EpochedRecords(taken, records.__dict__.pop("kdiv_epochs", []))
+    return EpochedRecords(taken, records.__dict__.pop("kdiv_epochs", []), fetched_from, records.next_fetch_offset)
 
 
 def _unpack_parsed(self: PartitionRecords):
