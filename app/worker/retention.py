@@ -3,8 +3,9 @@
 Retention (`retention.ms`, `retention.bytes`) and DeleteRecords move a partition's log start
 forward. When it passes the offset after the last one the worker validated (the worker lags,
 or is down), the consumer resets to the new log start and the records in between are never
-read. The worker tells this from a gap that compaction or transaction markers would leave
-too by asking the broker for the log start (`kdiv.worker.service`); `LiveValidation` then
+read. Compaction and transaction markers leave gaps too, but their fetch starts where the
+previous one left off; when a batch's fetch jumped past the next offset to validate, the
+worker asks the broker for the log start (`kdiv.worker.service`), and `LiveValidation`
 accounts the range as read and reports it once (`Deletion`).
 
 The producers whose records were in that range show it by their next record: a sequence
