@@ -200,10 +200,13 @@ class ValidationWorker:
         # Venice's semantics knows no log rewinds: its verdicts alone, as Venice gives them.
         self.detects_rewinds = settings.semantics == "exact"
         # The leader epoch signal of rewinds (`_log_diverged`): per watched partition, the
-        # leader epoch of the last batch validated. In memory: a worker started afresh
-        # learns it from its first batch (the other signals cover what came before).
+        # leader epoch of the last record validated, and that record's offset. In memory:
+        # a worker started afresh learns it from its first batch (the other signals cover
+        # what came before). Kept when the partition is revoked: it still holds when the
+        # partition comes back with the state saved at that offset (a rebalance, as a
+        # broker failure often brings), and not otherwise (`_known_epoch`).
         self.checks_leader_epochs = self.detects_rewinds
-        self._leader_epochs: dict[tuple[str, int], int] = {}
+        self._leader_epochs: dict[tuple[str, int], tuple[int, int]] = {}
         # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
         self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
@@ -474,7 +477,6 @@ class ValidationWorker:
         """Unload revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
-            self._leader_epochs.pop((tp.topic, tp.partition), None)
             self._fetched_to.pop(tp, None)
             self.changefeeds.forget(tp.topic, tp.partition)
             if self.audit is not None:
@@ -589,7 +591,9 @@ class ValidationWorker:
         ListOffsets answer decides: it refuses (OFFSET_NOT_AVAILABLE, KIP-207) until its
         high watermark covers its epoch's start, and from then on a clean leader's is no
         lower than its predecessor's. A suspicion not confirmed is looked at again at the
-        next commit."""
+        next commit. Where the leader epoch of the last record validated ends in the leader's
+        log (when known) says where the log was cut, also when records written since have
+        refilled it past the offsets validated."""
         if not self.detects_rewinds:
             return
         suspects: dict[TP, int] = {}
@@ -606,43 +610,50 @@ class ValidationWorker:
                 "log ends of %s not confirmed yet (%r): asked again at the next commit", list(suspects), unanswered
             )
             return
-        confirmed: dict[TP, tuple[int, int]] = {}
+        answered: dict[TP, tuple[int, int]] = {}
         for tp, fetched in sorted(suspects.items()):
-            state = self.live.validator.partitions.get((tp.topic, tp.partition))
             end = ends.get(tp)
-            if state is not None and end is not None and 0 <= end <= state.last_offset:
-                confirmed[tp] = (end, fetched)
-            elif state is not None and end is not None:
+            if (tp.topic, tp.partition) in self.live.validator.partitions and end is not None and end >= 0:
+                answered[tp] = (end, fetched)
+        if not answered:
+            return
+        # The log's end now is where it was cut only while nothing has been written since, and
+        # a log refilled past the offsets validated no longer looks cut at all: where the
+        # leader epoch last validated ends in the leader's log is where it diverged.
+        diverged = await self._epoch_ends(list(answered))
+        if diverged is None:
+            return
+        truncated: dict[TP, int] = {}
+        for tp, (end, fetched) in answered.items():
+            state = self.live.validator.partitions[(tp.topic, tp.partition)]
+            cuts = [offset for offset in (end, diverged.get(tp)) if offset is not None and offset <= state.last_offset]
+            if not cuts:
                 log.info(
                     "%s[%d]: a fetch's high watermark %d lay below offset %d validated; its leader says the "
-                    "log ends at %d (a new leader's high watermark catching up): no rewind",
+                    "log ends at %d, and nothing validated is gone from it: no rewind",
                     tp.topic,
                     tp.partition,
                     fetched,
                     state.last_offset,
                     end,
                 )
-        if not confirmed:
-            return
-        # The log's end is where it was truncated only while nothing has been written since:
-        # where the leader epoch last validated ends in the leader's log is where it diverged.
-        diverged = await self._epoch_ends(list(confirmed))
-        if diverged is None:
-            return
-        truncated: dict[TP, int] = {}
-        for tp, (end, fetched) in confirmed.items():
-            state = self.live.validator.partitions[(tp.topic, tp.partition)]
-            first = min(end, diverged.get(tp, end))
-            since = "" if first == end else f", and has diverged from what was validated since offset {first}"
-            self.live.rewind(
-                tp.topic,
-                tp.partition,
-                first,
-                "high watermark",
-                f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}){since}, "
-                f"below offset {state.last_offset} validated",
-            )
+                continue
+            first = min(cuts)
+            diverged_at = f"it diverged from what was validated at offset {first}, where the leader epoch of the last record validated ends in its log"
+            if end > state.last_offset:
+                detail = (
+                    f"a fetch said the log ends at offset {fetched}, below offset {state.last_offset} validated; it "
+                    f"ends at {end} now (its leader's answer), refilled since, and {diverged_at}"
+                )
+            else:
+                detail = (
+                    f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}), below "
+                    f"offset {state.last_offset} validated" + (f", and {diverged_at}" if first < end else "")
+                )
+            self.live.rewind(tp.topic, tp.partition, first, "high watermark", detail)
             truncated[tp] = first
+        if not truncated:
+            return
         # Read on from there: the consumer's position, and what Faust takes as already read,
         # may lie past it (a fetch out of range starts over at the earliest offset, whose
         # records Faust then drops as read), and the records written there since are new.
@@ -651,7 +662,7 @@ class ValidationWorker:
     async def _epoch_ends(self, tps: list[TP]) -> dict[TP, int] | None:
         """Where the leader epoch last validated ends in each partition leader's log, for the
         partitions whose epoch is known (OffsetForLeaderEpoch); None when not answered now."""
-        epochs = {tp: self._leader_epochs.get((tp.topic, tp.partition), NO_EPOCH) for tp in tps}
+        epochs = {tp: self._known_epoch((tp.topic, tp.partition)) for tp in tps}
         epochs = {tp: epoch for tp, epoch in epochs.items() if epoch != NO_EPOCH}
         if not epochs or not self.checks_leader_epochs:
             return {}
@@ -668,6 +679,23 @@ class ValidationWorker:
             return None
         return {tp: end for tp, (_epoch, end) in ends.items() if end >= 0}
 
+    def _known_epoch(self, key: tuple[str, int]) -> int:
+        """The leader epoch of the partition's last validated record, NO_EPOCH when not known:
+        learnt of another record than the one its state ends at now (a rewind since, or
+        another worker's progress while it was revoked)."""
+        known = self._leader_epochs.get(key)
+        part = self.live.validator.partitions.get(key)
+        if known is None or part is None or known[1] != part.last_offset:
+            return NO_EPOCH
+        return known[0]
+
+    def _learn_epoch(self, key: tuple[str, int], newest: int, records: Sequence) -> None:
+        """The epoch of the batch's last record, which validating it makes the last validated
+        one (only when it is new: replays of older epochs teach nothing)."""
+        part = self.live.validator.partitions[key]
+        if newest != NO_EPOCH and records and records[-1].offset > part.last_offset:
+            self._leader_epochs[key] = (newest, records[-1].offset)
+
     async def _log_diverged(self, key: tuple[str, int], records: Sequence) -> bool:
         """The leader epoch signal (KIP-320), before a batch is validated. Records of a leader
         epoch newer than the last batch validated mean the partition changed leaders since:
@@ -677,13 +705,13 @@ class ValidationWorker:
         batch is dropped (True), its records fetched again in order. Exact, unlike the high
         watermark, even when new records have already filled the log past the old end."""
         epochs = batch_leader_epochs(records)
-        if not epochs:
+        part = self.live.validator.partitions.get(key)
+        if not epochs or part is None:
             return False
         newest = epochs[-1][1]
-        known = self._leader_epochs.get(key, NO_EPOCH)
-        part = self.live.validator.partitions.get(key)
-        if newest <= known or known == NO_EPOCH or part is None or part.last_offset < 0:
-            self._leader_epochs[key] = max(newest, known)
+        known = self._known_epoch(key)
+        if known == NO_EPOCH or newest <= known:
+            self._learn_epoch(key, newest, records)
             return False
         tp = TP(*key)
         position = part.last_offset + 1
@@ -700,7 +728,7 @@ class ValidationWorker:
             return True
         epoch, end = ends.get(tp, (NO_EPOCH, -1))
         if not 0 <= end < position:
-            self._leader_epochs[key] = newest
+            self._learn_epoch(key, newest, records)
             return False
         self.live.rewind(
             key[0],

@@ -118,13 +118,32 @@ async def test_a_log_refilled_since_its_truncation_is_rewound_from_where_it_dive
     cut (101): the end of the leader epoch last validated says where."""
     consumer = Consumer(fetched=150, answer=151, epoch_end=101)
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = 4
+    worker._leader_epochs[("orders", 0)] = (4, 200)  # the epoch of offset 200, the last validated
     await worker._check_high_watermarks()
     assert consumer.epochs_asked == [{ORDERS: 4}]
     (rewind,) = worker.live.take_rewinds()
     assert (rewind.first_offset, rewind.last_offset, rewind.detected_by) == (101, 200, "high watermark")
-    assert "diverged from what was validated since offset 101" in rewind.detail
+    assert "diverged from what was validated at offset 101" in rewind.detail
     assert consumer.restarted == {ORDERS: 101}
+
+
+async def test_a_log_refilled_past_the_validated_offsets_is_a_rewind_only_where_its_epoch_diverged():
+    # The fetch saw the truncated log's end; by the commit, new records refilled it past
+    # offset 200. The leader epoch of offset 200 ends at 101 on the leader: cut there.
+    consumer = Consumer(fetched=102, answer=252, epoch_end=101)
+    worker = worker_over(consumer)
+    worker._leader_epochs[("orders", 0)] = (4, 200)
+    await worker._check_high_watermarks()
+    (rewind,) = worker.live.take_rewinds()
+    assert (rewind.first_offset, rewind.last_offset) == (101, 200)
+    assert "refilled since" in rewind.detail and consumer.restarted == {ORDERS: 101}
+
+    # A new leader that has every record validated (its epoch ends past them): nothing.
+    consumer = Consumer(fetched=102, answer=252, epoch_end=201)
+    worker = worker_over(consumer)
+    worker._leader_epochs[("orders", 0)] = (4, 200)
+    await worker._check_high_watermarks()
+    assert worker.live.take_rewinds() == [] and consumer.restarted == {}
 
 
 async def test_without_a_known_epoch_the_end_is_the_truncation_point():
