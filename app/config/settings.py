@@ -253,7 +253,11 @@ class Settings:
     # topic -> min.compaction.lag.ms; "*" applies to every topic not named. A topic in
     # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
     compaction_lag_ms: Mapping[str, int] = field(default_factory=dict)
-    max_age_ms: int = -1
+    # Producers idle this long in data time are forgotten (Venice's maxAge; -1: never).
+    max_age_ms: int = 7 * 24 * 3600 * 1000
+    # Producers tracked per partition at most; past it the least recently seen are evicted
+    # (0: no limit). kdiv's bound, not Venice's.
+    producers_limit: int = 100_000
     # "exact" (LATE, DIVERGENT, one incident per gap, log rewinds) or Venice's verdicts alone.
     semantics: str = "exact"
     # Recent seqs per producer whose CRCs tell DUPLICATE from DIVERGENT (8 bytes each).
@@ -324,6 +328,7 @@ class Settings:
             processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
             compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
             max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),
+            producers_limit=env.int("PRODUCERS_LIMIT", cls.producers_limit, minimum=0),
             semantics=env.choice("SEMANTICS", SEMANTICS, cls.semantics),
             seq_window=env.int("SEQ_WINDOW", cls.seq_window, minimum=0),
             incident_topic=env.str("INCIDENT_TOPIC", ""),

@@ -30,7 +30,7 @@ from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
-from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, LOG_REWOUND, NO_PRODUCER
+from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, LOG_REWOUND, NO_PRODUCER, PRODUCERS_LIMIT
 from kdiv.worker.webauth import authorization_header, bearer_token_middleware
 
 log = logging.getLogger("kdiv.views")
@@ -154,7 +154,7 @@ def _int_param(request: Request, name: str, default: int | None, *, minimum: int
 INCIDENT_CLASSES = tuple(
     dict.fromkeys(
         [v.value for v in Verdict if v.is_fault]
-        + [SCHEMA_UNKNOWN, SUBJECT_MISMATCH, LOG_REWOUND, DELETED_BEFORE_VALIDATION]
+        + [SCHEMA_UNKNOWN, SUBJECT_MISMATCH, LOG_REWOUND, DELETED_BEFORE_VALIDATION, PRODUCERS_LIMIT]
         + [v.value for v in ChecksumVerdict if v in FAULT_VERDICTS]
         + ["LOST", "DUPLICATED", "UNRESOLVED"]
     )
