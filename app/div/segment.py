@@ -30,8 +30,11 @@ class SegmentStatus(enum.IntEnum):
 _PACKED = struct.Struct("<qqQqqqBB")
 _PACKED_TS = struct.Struct("<q")
 _PACKED_TS_AT = 32
+_PACKED_OFFSET_AT = 24
+_PACKED_FLAGS_AT = 49
 _FLAG_NAMES = ("checksum_finalized", "registered", "started", "ended", "final_segment", "new_segment")
 _HAS_CHECKSUM = 1 << len(_FLAG_NAMES)
+_STARTED, _ENDED, _FINAL = (1 << _FLAG_NAMES.index(name) for name in ("started", "ended", "final_segment"))
 # After the fixed part, when the exact accounting is on: the ring's slot count, its slots,
 # and the gap log (`kdiv.div.exact`), if any.
 _RING_SLOTS = struct.Struct("<H")
@@ -208,3 +211,22 @@ def last_producer_ts(state: Segment | bytes) -> int:
     if isinstance(state, bytes):
         return _PACKED_TS.unpack_from(state, _PACKED_TS_AT)[0]
     return state.last_producer_ts
+
+
+def last_offset(state: Segment | bytes) -> int:
+    """A tracker entry's last offset, without unpacking a packed one."""
+    if isinstance(state, bytes):
+        return _PACKED_TS.unpack_from(state, _PACKED_OFFSET_AT)[0]
+    return state.last_offset
+
+
+def status_of(state: Segment | bytes) -> SegmentStatus:
+    """A tracker entry's segment status, without unpacking a packed one."""
+    if not isinstance(state, bytes):
+        return state.status
+    flags = state[_PACKED_FLAGS_AT]
+    if not flags & _STARTED:
+        return SegmentStatus.NOT_STARTED
+    if flags & _ENDED:
+        return SegmentStatus.END_OF_FINAL_SEGMENT if flags & _FINAL else SegmentStatus.END_OF_INTERMEDIATE_SEGMENT
+    return SegmentStatus.IN_PROGRESS

@@ -65,6 +65,12 @@ class PartitionTracker:
         self.segments = {g: s if isinstance(s, bytes) else s.pack() for g, s in producers.items()}
         self._unpacked = {}
 
+    def evict(self, guids: list[bytes]) -> None:
+        """Forget these producers: one seen again is a producer never seen before."""
+        for guid in guids:
+            del self.segments[guid]
+            self._unpacked.pop(guid, None)
+
     def pack_idle(self) -> None:
         """Pack every producer whose state has not moved since the previous call."""
         segments = self.segments

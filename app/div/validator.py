@@ -11,6 +11,7 @@ Pure: no I/O, and time comes in with each call.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
@@ -26,7 +27,7 @@ from kdiv.div.faults import (
 )
 from kdiv.div.ledger import DATA_FLAGS, TOMBSTONE_FLAGS, pack_fields, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
-from kdiv.div.segment import Segment, last_producer_ts
+from kdiv.div.segment import Segment, last_offset, last_producer_ts
 from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
     COMMON_SIZE,
@@ -96,6 +97,10 @@ class PartitionValidation:
     # The broker's ID of the topic the offsets above count in (None: not known): a topic
     # deleted and created again gets a new one, and its offsets start over.
     topic_id: str | None = None
+    # The producer limit's overflow episode (`evict_over_limit`): the partition's last offset
+    # at its first eviction (-1: none under way), and producers evicted since. Not saved.
+    evicting_since: int = -1
+    evicted: int = 0
 
     @property
     def counts(self) -> dict[Verdict, int]:
@@ -111,6 +116,22 @@ class Checkpoint:
     # Idle producers' states are packed (`kdiv.div.segment.as_segment` reads either).
     upserts: Mapping[bytes, Segment | bytes]
     expired: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Producers a partition stopped tracking to stay within the producer limit."""
+
+    topic: str
+    partition: int
+    limit: int
+    # Evicted now, least recently seen first, and the last offset of the latest of them.
+    guids: tuple[bytes, ...]
+    newest_last_offset: int
+    # The episode these belong to: the partition's last offset at its first eviction, and
+    # producers evicted since (these included).
+    since_offset: int
+    episode_evicted: int
 
 
 _UNTRACKED_DETAIL = "no div header"
@@ -134,8 +155,11 @@ class DataIntegrityValidator:
         max_age_ms: int = DISABLED,
         semantics: Semantics = Semantics.EXACT,
         window: int = DEFAULT_WINDOW,
+        max_producers: int = 0,
     ) -> None:
         self.semantics = semantics
+        # Producers tracked per partition at most (0: no limit); kdiv's, not Venice's.
+        self.max_producers = max_producers
         self._exact = semantics is Semantics.EXACT
         self.window = window if self._exact else 0
         self._policy = policy
@@ -488,6 +512,33 @@ class DataIntegrityValidator:
         if record.offset > part.last_offset:
             part.last_offset = record.offset
         return result
+
+    def evict_over_limit(self, topic: str, partition: int) -> Eviction | None:
+        """Forget the least recently seen producers (lowest last offset) of a partition
+        holding more than `max_producers`, down to that many; None when none is forgotten.
+
+        Not Venice's: Venice keeps every producer until maxAge expires it. An evicted producer
+        seen again is judged as one never seen (Venice's rule for an unknown GUID). An
+        overflow episode lasts from the first eviction until the partition holds fewer than
+        `max_producers` again (maxAge expiry, a rewind)."""
+        part = self.partitions.get((topic, partition))
+        limit = self.max_producers
+        if part is None or limit <= 0:
+            return None
+        segments = part.tracker.segments
+        over = len(segments) - limit
+        if over <= 0:
+            if over < 0:
+                part.evicting_since, part.evicted = -1, 0
+            return None
+        # (last offset, GUID): ties go the same way on every worker and every replay.
+        oldest = heapq.nsmallest(over, zip(map(last_offset, segments.values()), segments.keys(), strict=True))
+        guids = tuple(guid for _, guid in oldest)
+        part.tracker.evict(list(guids))
+        if part.evicting_since == -1:
+            part.evicting_since, part.evicted = part.last_offset, 0
+        part.evicted += over
+        return Eviction(topic, partition, limit, guids, oldest[-1][0], part.evicting_since, part.evicted)
 
     def checkpoint(self, topic: str, partition: int) -> Checkpoint:
         """Producer states to persist now, after dropping those expired by maxAge.

@@ -17,7 +17,7 @@ from typing import cast
 
 from kdiv.changefeed.verify import RowVerdict, fault_detail, key_columns
 from kdiv.div.faults import Verdict
-from kdiv.div.validator import ValidationResult
+from kdiv.div.validator import Eviction, ValidationResult
 from kdiv.trace.judge import TraceOutcome, TraceVerdict
 from kdiv.untrusted import json_object, type_name
 from kdiv.worker.live import Rewind
@@ -300,6 +300,32 @@ def deletion_incident(deletion: Deletion, detected_at_ms: int) -> Incident:
         f"the log (retention or DeleteRecords) before kdiv validated them (found by {deletion.detected_by}: "
         f"{deletion.detail}); their records are never validated, and the next MISSING of each producer whose "
         f"records were among them says so",
+        record_timestamp_ms=-1,
+        detected_at_ms=detected_at_ms,
+    )
+
+
+PRODUCERS_LIMIT = "PRODUCERS_LIMIT"
+
+
+def eviction_incident(eviction: Eviction, detected_at_ms: int) -> Incident:
+    """Producers a partition stopped tracking over the producer limit
+    (`kdiv.div.validator.Eviction`): one incident per overflow episode, identified by the
+    offset the episode began at and rewritten with its running count at each eviction."""
+    return Incident(
+        topic=eviction.topic,
+        partition=eviction.partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=eviction.since_offset,
+        verdict=PRODUCERS_LIMIT,
+        offset=eviction.since_offset,
+        severity="warning",
+        detail=f"{eviction.episode_evicted} producers evicted since offset {eviction.since_offset}: the partition "
+        f"tracked more than {eviction.limit} (KDIV_PRODUCERS_LIMIT), so the least recently seen were forgotten "
+        f"(the latest evicted last seen at offset {eviction.newest_last_offset}). An evicted producer seen again "
+        f"is judged as a new producer (Venice's rule for an unknown GUID): its records are not checked against "
+        f"those before its eviction, and a first record past segment 0 inside a push is reported",
         record_timestamp_ms=-1,
         detected_at_ms=detected_at_ms,
     )

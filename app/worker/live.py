@@ -38,6 +38,7 @@ from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import (
     DataIntegrityValidator,
+    Eviction,
     PartitionValidation,
     Semantics,
     ValidationResult,
@@ -58,7 +59,7 @@ class StateWrites:
     topic: str
     partition: int
     partition_value: bytes
-    # (key, value); value None deletes the key (a producer expired by max age).
+    # (key, value); value None deletes the key (a producer expired by max age or evicted).
     producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
 
     def in_order(self) -> list[tuple[bytes, bytes | None]]:
@@ -122,6 +123,9 @@ class LiveValidation:
         self._dirty: dict[tuple[str, int], set[bytes]] = {}
         # Partitions whose every producer is written with the next unit (see `load_many`).
         self._rewrite: set[tuple[str, int]] = set()
+        # Producers evicted over the producer limit since the last writes: deleted with them,
+        # so a restore does not bring them back.
+        self._evicted: dict[tuple[str, int], set[bytes]] = {}
         self.load_errors: list[LoadError] = []
         self.replays_skipped = 0
         # Found since the last `take_rewinds`, oldest first.
@@ -192,6 +196,7 @@ class LiveValidation:
         self._saved.discard((topic, partition))
         self._dirty.pop((topic, partition), None)
         self._rewrite.discard((topic, partition))
+        self._evicted.pop((topic, partition), None)
         self._ledger.pop((topic, partition), None)
         self.behind_deletions.forget(topic, partition)
         self.validator.clear_partition(topic, partition)
@@ -405,12 +410,22 @@ class LiveValidation:
         # DIV control records (None) carry no user data.
         return [(prefix + key, encode(packed)) for key, packed in entries.items() if packed is not None]
 
+    def evict_over_limit(self, topic: str, partition: int) -> Eviction | None:
+        """`DataIntegrityValidator.evict_over_limit`; the evicted producers' saved states are
+        deleted with the partition's next writes."""
+        eviction = self.validator.evict_over_limit(topic, partition)
+        if eviction is not None:
+            self._evicted.setdefault((topic, partition), set()).update(eviction.guids)
+            self._dirty.setdefault((topic, partition), set()).update(eviction.guids)
+        return eviction
+
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:
         """The writes that save everything validated since the last call, or None."""
         tp = (topic, partition)
         dirty = self._dirty.get(tp)
         if not dirty:
             return None
+        evicted = self._evicted.pop(tp, set())
         checkpoint = self.validator.checkpoint(topic, partition)
         part = self.validator.partitions[tp]
         writes = StateWrites(topic, partition, self.values.encode(part))
@@ -421,6 +436,8 @@ class LiveValidation:
             segment = checkpoint.upserts.get(guid)
             if segment is not None:
                 writes.producers.append((producer_key(topic, partition, guid), self.values.encode(as_segment(segment))))
+            elif guid in evicted:  # and not seen again since
+                writes.producers.append((producer_key(topic, partition, guid), None))
         for guid in checkpoint.expired:
             writes.producers.append((producer_key(topic, partition, guid), None))
         dirty.clear()

@@ -92,6 +92,11 @@ class WorkerCollector:
                 "Offset ranges deleted from a partition's log before they were validated (DELETED_BEFORE_VALIDATION)",
                 stats.deletions_before_validation,
             ),
+            (
+                "kdiv_producers_evicted",
+                "Producers forgotten over KDIV_PRODUCERS_LIMIT (PRODUCERS_LIMIT incidents)",
+                stats.producers_evicted,
+            ),
             ("kdiv_ledger_entries_sent", "Key ledger entries written (compacted topics)", stats.ledger_entries_sent),
             ("kdiv_state_writes", "Units of state written to the tables", stats.state_writes),
             (

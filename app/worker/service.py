@@ -72,6 +72,7 @@ from kdiv.worker.incidents import (
     Incident,
     RecentIncidents,
     deletion_incident,
+    eviction_incident,
     incidents_for,
     rewind_incident,
     schema_incident,
@@ -118,6 +119,7 @@ class WorkerStats:
     ledger_entries_sent: int = 0
     log_rewinds: int = 0
     deletions_before_validation: int = 0
+    producers_evicted: int = 0
     state_writes: int = 0
     bad_incident_records: int = 0
     schema_checked_records: int = 0
@@ -154,6 +156,7 @@ class ValidationWorker:
                 max_age_ms=settings.max_age_ms,
                 semantics=Semantics(settings.semantics),
                 window=settings.seq_window,
+                max_producers=settings.producers_limit,
             ),
             self.values,
             ledger_topics=frozenset(t.name for t in cluster.topics if t.compaction_lag_ms is not None),
@@ -971,6 +974,7 @@ class ValidationWorker:
         await self._poll_log_starts()
         await self._check_high_watermarks()
         self._note_rewinds()
+        self._evict_over_limit()
         await self._write_units(sorted(self._unflushed | self._pending.keys()))
         await hand_over_table_writes(self.app)
         self._unflushed.clear()
@@ -979,6 +983,20 @@ class ValidationWorker:
         self.runs.observe(observed)
         self._watch.clear()
         self.stats.batches += 1
+
+    def _evict_over_limit(self) -> None:
+        """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
+        recently seen, before their writes (which delete them) and after the incident."""
+        now = self.clock()
+        for key in sorted(self.live.loaded):
+            eviction = self.live.evict_over_limit(*key)
+            if eviction is None:
+                continue
+            incident = eviction_incident(eviction, now)
+            self._pending.setdefault(key, []).append(incident)
+            self._unflushed.add(key)
+            self.stats.producers_evicted += len(eviction.guids)
+            log.warning("%s at %s[%d]: %s", incident.verdict, key[0], key[1], incident.detail)
 
     def _judge_traces(self) -> None:
         """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their
