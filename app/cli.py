@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,10 +18,23 @@ from kdiv import __version__
 from kdiv.config.redact import redacted
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import DEFAULT_WINDOW, DISABLED, DataIntegrityValidator, Semantics, TopicPolicy
-from kdiv.offline.jsonl import InputError, parse_record_bytes, result_to_line
+from kdiv.offline.jsonl import InputError, not_json_lines, parse_record_bytes, result_to_line, ticdc_protocol_of
 from kdiv.ticdc.timestamps import TimestampMode, load_zone, parse_timestamp_mode
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# Exit statuses, the same in every command: 0 clean, FAULTS_FOUND when the data has faults,
+# BAD_INPUT_OR_UNREACHABLE for bad input or options, or a service (Kafka, the registry) that
+# could not be reached or read (click's usage errors exit with 2 too).
+FAULTS_FOUND = 1
+BAD_INPUT_OR_UNREACHABLE = 2
+# Bytes of the input looked at before the first line, to tell a compressed or binary file.
+SNIFF_BYTES = 4096
+
+
+class CommandFailed(click.ClickException):
+    """A failure that is no finding: bad input, or a service that could not be reached."""
+
+    exit_code = BAD_INPUT_OR_UNREACHABLE
 
 
 def bootstrap_option(command):
@@ -41,7 +55,7 @@ def kafka_security():
     try:
         return KafkaSecurity.from_env(os.environ)
     except SettingsError as bad:
-        raise click.ClickException(str(bad)) from None
+        raise CommandFailed(str(bad)) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,7 +63,10 @@ def kafka_security():
 @click.option("--debug", is_flag=True, help="Show the traceback of an expected failure too.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
-    """kdiv: prove a Kafka pipeline lost, duplicated and corrupted nothing, or name what it did."""
+    """kdiv: prove a Kafka pipeline lost, duplicated and corrupted nothing, or name what it did.
+
+    Exit status of every command: 0 clean, 1 faults found, 2 bad input or options, or a
+    service (Kafka, the Schema Registry) that could not be reached."""
     ctx.obj = {"debug": debug}
 
 
@@ -66,16 +83,24 @@ def kafka_errors_as_messages(bootstrap: str) -> Iterator[None]:
 
     from kdiv.kafka.failures import failure_text, refusals_explained
 
-    if _debugging():
-        yield
-        return
     try:
-        with refusals_explained():
+        if _debugging():
             yield
+        else:
+            with refusals_explained():
+                yield
     except LookupError as missing:  # no such topic or partition
-        raise click.ClickException(str(missing).strip("'\"")) from None
+        _traceback_when_debugging()
+        raise CommandFailed(str(missing).strip("'\"")) from None
     except (KafkaError, OSError, TimeoutError) as failed:
-        raise click.ClickException(f"Kafka at {redacted(bootstrap)}: {failure_text(failed)}") from None
+        _traceback_when_debugging()
+        raise CommandFailed(f"Kafka at {redacted(bootstrap)}: {failure_text(failed)}") from None
+
+
+def _traceback_when_debugging() -> None:
+    """With --debug, the traceback of the failure being handled, before its one line."""
+    if _debugging():
+        traceback.print_exc()
 
 
 duration_option = click.option(
@@ -212,6 +237,11 @@ def check(
     (--phase, --compaction-lag-ms, --max-age-ms, --now, --semantics, --seq-window) do not apply.
     """
     name = getattr(source, "name", "<stdin>")  # a test runner's stdin has no name
+    peek = getattr(source, "peek", None)
+    head = peek(SNIFF_BYTES)[:SNIFF_BYTES] if peek is not None else b""
+    unreadable = not_json_lines(head)
+    if unreadable is not None:
+        raise CommandFailed(f"{name} {unreadable}")
     if ticdc is not None:
         _reject_options(ctx, DIV_CHECK_OPTIONS, "DIV options, which do not apply to --ticdc")
         _check_changefeed(source, name, ticdc, registry_url, time_zone, timestamp_mode)
@@ -227,6 +257,7 @@ def check(
     )
     verdicts: Counter[Verdict] = Counter()
     fatal = bad_lines = 0
+    ticdc_like: Counter[str] = Counter()
     out = sys.stdout
     for lineno, raw in enumerate(source, 1):
         if not raw.strip():
@@ -241,6 +272,10 @@ def check(
         if max_age_ms is not None:
             validator.checkpoint(record.topic, record.partition)
         verdicts[result.verdict] += 1
+        if result.verdict is Verdict.UNTRACKED:
+            protocol = ticdc_protocol_of(record)
+            if protocol is not None:
+                ticdc_like[protocol] += 1
         fatal += result.fatal
         out.write(result_to_line(result) + "\n")
     out.flush()
@@ -251,7 +286,16 @@ def check(
         f"{faults} faults, {fatal} fatal; {bad_lines} bad input lines",
         err=True,
     )
-    sys.exit(2 if bad_lines else 1 if faults else 0)
+    records = sum(verdicts.values())
+    if not records and not bad_lines:
+        raise CommandFailed(f"{name} is empty: no records to check")
+    if records and verdicts[Verdict.UNTRACKED] == records:
+        hint = ""
+        if ticdc_like:
+            protocol, rows = ticdc_like.most_common(1)[0]
+            hint = f"; {rows} of them look like a TiCDC changefeed: check them with --ticdc {protocol}"
+        raise CommandFailed(f"{name}: no record has a div header, so nothing was validated{hint}")
+    sys.exit(BAD_INPUT_OR_UNREACHABLE if bad_lines else FAULTS_FOUND if faults else 0)
 
 
 def _check_changefeed(
@@ -302,11 +346,13 @@ def _check_changefeed(
     except SchemaUnavailable as failed:
         report(f"{failed}")
         report("stopped there: no row is judged without its writer schema")
-        sys.exit(2)
+        sys.exit(BAD_INPUT_OR_UNREACHABLE)
     finally:
         if schemas is not None:
             schemas.close()
     click.echo(f"kdiv check --ticdc {protocol}: {counts.summary()}", err=True)
+    if not counts.records and not counts.bad_lines:
+        raise CommandFailed(f"{name} is empty: no records to check")
     sys.exit(counts.exit_status)
 
 
@@ -609,14 +655,14 @@ def broker(host: str, port: int, nodes: int, data_dir: str | None, tansu: bool) 
 
             KafkaCluster(nodes, host=host, port=port, data_dir=data_dir).run_forever()
     except BrokerError as failed:
-        raise click.ClickException(str(failed)) from None
+        raise CommandFailed(str(failed)) from None
 
 
 @main.command("wait-for-broker")
 @bootstrap_option
 @click.option("--timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Seconds to wait.")
 def wait_for_broker(bootstrap: str, timeout: float) -> None:
-    """Wait until a broker at BOOTSTRAP (PLAINTEXT) serves clients; exit 1 after --timeout.
+    """Wait until a broker at BOOTSTRAP (PLAINTEXT) serves clients; exit 2 after --timeout.
 
     For the development stack, whose services start together while the broker takes seconds.
     """
@@ -630,7 +676,7 @@ def wait_for_broker(bootstrap: str, timeout: float) -> None:
             if answer is not None and answer[1]:
                 return
         if time.monotonic() >= deadline:
-            raise click.ClickException(f"no broker serving at {redacted(bootstrap)} after {timeout:.0f} s")
+            raise CommandFailed(f"no broker serving at {redacted(bootstrap)} after {timeout:.0f} s")
         time.sleep(0.2)
 
 
@@ -648,7 +694,7 @@ def fetch_jars(maven: str) -> None:
         try:
             click.echo(bundle.fetch(maven))
         except JarsError as failed:
-            raise click.ClickException(str(failed)) from None
+            raise CommandFailed(str(failed)) from None
 
 
 @main.command()
@@ -669,7 +715,7 @@ def registry(bootstrap: str, host: str, port: int, topic: str, apicurio: bool) -
         try:
             ApicurioRegistry(host=host, port=port).run_forever()
         except ApicurioError as failed:
-            raise click.ClickException(str(failed)) from None
+            raise CommandFailed(str(failed)) from None
         return
     import logging
 
@@ -741,15 +787,15 @@ def schemas_check(topic: str, bootstrap: str, strategy: str, keys: bool, repair:
         with refusals_explained():
             code = asyncio.run(run())
     except SettingsError as bad:
-        raise click.ClickException(str(bad)) from None
+        raise CommandFailed(str(bad)) from None
     except (RegistryError, LookupError) as failed:
+        _traceback_when_debugging()
         click.echo(f"error: {failed}", err=True)
-        sys.exit(2)
+        sys.exit(BAD_INPUT_OR_UNREACHABLE)
     except (KafkaError, OSError) as failed:
-        if _debugging():
-            raise
+        _traceback_when_debugging()
         click.echo(f"error: Kafka at {redacted(bootstrap)}: {failure_text(failed)}", err=True)
-        sys.exit(2)
+        sys.exit(BAD_INPUT_OR_UNREACHABLE)
     sys.exit(code)
 
 
@@ -780,7 +826,7 @@ def reconcile(master: str, spark_conf: tuple[str, ...], job_args: tuple[str, ...
     try:
         sys.exit(run(master, list(job_args), conf))
     except SubmitError as missing:
-        raise click.ClickException(str(missing)) from None
+        raise CommandFailed(str(missing)) from None
 
 
 # Last, so `python -m kdiv.cli` sees every command.

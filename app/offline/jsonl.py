@@ -80,6 +80,34 @@ def _record_from_obj(obj) -> ConsumedRecord:
     )
 
 
+def not_json_lines(head: bytes) -> str | None:
+    """Why input whose first bytes are `head` is no JSON Lines at all (compressed or binary,
+    said once rather than once per line), or None."""
+    if head.startswith(b"\x1f\x8b"):
+        return "is gzip-compressed, not JSON Lines: decompress it first (gunzip -c FILE | kdiv check)"
+    if b"\x00" in head:
+        return "is binary data (a NUL byte in its first bytes), not JSON Lines as `kdiv dump` writes"
+    return None
+
+
+def ticdc_protocol_of(record: ConsumedRecord) -> str | None:
+    """The TiCDC protocol a record without a div header looks written in ("avro": Confluent-framed
+    key and value; "simple": a JSON message naming its table and type), or None."""
+    value = record.value
+    if not value:
+        return None
+    if value[0] == 0 and len(value) > 5 and record.key is not None and record.key[:1] == b"\x00":
+        return "avro"
+    if value[:1] == b"{":
+        try:
+            message = json.loads(value)
+        except ValueError:
+            return None
+        if isinstance(message, dict) and "table" in message and "type" in message:
+            return "simple"
+    return None
+
+
 def parse_record(line: str, source: str, lineno: int) -> ConsumedRecord:
     try:
         obj = parse_json(line)

@@ -68,7 +68,7 @@ def test_without_a_java_runtime_apicurio_fails_in_one_clear_line(tmp_path):
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("Error: no Java runtime (java not on the PATH, JAVA_HOME unset): Apicurio Registry")
@@ -84,7 +84,7 @@ def test_without_the_fetched_distribution_apicurio_fails_in_one_clear_line_namin
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0] == (

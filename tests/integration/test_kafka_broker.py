@@ -176,7 +176,7 @@ def test_without_a_java_runtime_the_broker_fails_in_one_clear_line(tmp_path):
     result = subprocess.run(
         [*KDIV, "broker", "--port", "0"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("Error: no Java runtime (java not on the PATH, JAVA_HOME unset)")
@@ -188,7 +188,7 @@ def test_without_fetched_jars_the_broker_fails_in_one_clear_line_naming_the_fetc
     result = subprocess.run(
         [*KDIV, "broker", "--port", "0"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0] == (

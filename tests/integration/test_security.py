@@ -223,7 +223,7 @@ def test_cli_commands_read_the_same_settings_and_report_them_by_name():
     result = CliRunner().invoke(
         kdiv, ["dump", "some-topic", "--bootstrap", "127.0.0.1:1"], env={"KDIV_SECURITY_PROTOCOL": "SASL_SSL"}
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "KDIV_SASL_USERNAME and KDIV_SASL_PASSWORD" in result.output
 
 

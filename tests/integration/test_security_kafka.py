@@ -382,7 +382,7 @@ async def test_a_refused_writer_raises_one_line(refused):
 def test_refused_kdiv_commands_say_one_line(refused, command):
     on, said = refused
     completed = run_kdiv(on.env, command, "any-topic")
-    assert completed.returncode == 1
+    assert completed.returncode == 2
     assert completed.stdout == ""
     assert assert_one_clear_line(completed.stderr, said).startswith(f"Error: Kafka at {on.bootstrap}: ")
 
@@ -390,7 +390,7 @@ def test_refused_kdiv_commands_say_one_line(refused, command):
 def test_a_refused_registry_says_one_line(refused):
     on, said = refused
     completed = run_kdiv(on.env, "registry", "--port", "0")
-    assert completed.returncode == 1
+    assert completed.returncode == 2
     line = assert_one_clear_line(completed.stderr, said, service=True)
     assert line.startswith(f"Error: Kafka at {on.bootstrap}: ")
 

@@ -130,7 +130,7 @@ async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_an
 
 
 def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
-    """No such topic, and no broker at the address: a message, exit 1, no traceback, no
+    """No such topic, and no broker at the address: a message, exit 2, no traceback, no
     unclosed consumer."""
     cli = [sys.executable, "-m", "kdiv.cli"]
     for args, says in (
@@ -141,7 +141,7 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
         (["registry", "--bootstrap", "127.0.0.1:1", "--port", "0"], "Kafka at 127.0.0.1:1: ConnectionRefusedError"),
     ):
         done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, (args, done.stderr)
+        assert done.returncode == 2, (args, done.stderr)
         assert f"Error: {says}" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, (args, done.stderr)
     # schemas check: exit 2 when the broker or registry cannot be read (README).
@@ -153,4 +153,4 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
     debugged = subprocess.run(
         [*cli, "--debug", "dump", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True
     )
-    assert debugged.returncode == 1 and "Traceback" in debugged.stderr and "KafkaConnectionError" in debugged.stderr
+    assert debugged.returncode == 2 and "Traceback" in debugged.stderr and "KafkaConnectionError" in debugged.stderr
