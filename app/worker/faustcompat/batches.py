@@ -227,6 +227,10 @@ class BatchDrainConsumer:
             if tp not in seen and (topics is None or tp in topics or tp.topic in topics):
                 yield tp
 
+    def mark_flushed(self, offsets: Mapping[TP, int]) -> None:
+        """Have the next commit commit these offsets, as if records up to them were flushed."""
+        self._offsets("_kdiv_flushed").update(offsets)
+
     def forget_batches(self, tps) -> None:
         """After a seek: what was processed or flushed before it counts for nothing."""
         for tp in tps:

@@ -93,8 +93,11 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         partitions = sorted(consumer.assignment())
         committed: dict[TP, int | None] = {tp: await consumer.committed(tp) for tp in partitions}
         caps = self.__dict__.setdefault("_caps", {})
+        resumed = self.__dict__.setdefault("_resumed", {})
         for tp, cap in caps.items():
             if tp in committed and (committed[tp] is None or cast(int, committed[tp]) > cap):
+                if committed[tp] is None and cap:
+                    resumed[tp] = cap
                 committed[tp] = cap  # 0: from the beginning
         caps.clear()
         unset = [tp for tp in partitions if not committed[tp] and tp.topic not in changelogs]
@@ -144,6 +147,12 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         records.seeks = self._seeks
         return records
 
+    def take_resumed(self) -> dict[TP, int]:
+        """Partitions the last seek resumed where their saved state ends, with nothing
+        committed: the offset each resumed at."""
+        resumed, self.__dict__["_resumed"] = self.__dict__.get("_resumed", {}), {}
+        return resumed
+
     def moved_since(self, tp: TP, seeks: int) -> bool:
         """True when a seek moved the partition after a batch with `seeks` was taken."""
         return self.__dict__.get("_moved", {}).get(tp, 0) > seeks
@@ -191,6 +200,13 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
             # taken for a gap) before counts for nothing.
             changelogs = self.app.tables.changelog_topics
             self._forget_progress([tp for tp in self.assignment() if tp.topic not in changelogs])
+            # Resumed where the saved state ends with nothing committed: that position is
+            # committed at the next commit, not only after the partition's next record (until
+            # then its group has no offset there, and lag monitors see nothing).
+            resumed = cast(KdivConsumerThread, self._thread).take_resumed()
+            for tp in resumed:
+                self._committed_offset[tp] = None  # Faust took the seek position for a commit
+            self.mark_flushed(resumed)
         finally:
             if flowing:
                 self.resume_flow()
