@@ -38,6 +38,8 @@ class ChangefeedChecks:
         # (topic, partition, table, verdict) -> rows; (topic, partition) -> last offset verified.
         self.counts: Counter[tuple[str, int, str, str]] = Counter()
         self.last_offsets: dict[tuple[str, int], int] = {}
+        # (topic, partition) -> records verified (since the worker started).
+        self.records: Counter[tuple[str, int]] = Counter()
         self.registry_waits = 0
 
     async def learn_schemas(self, records: Sequence) -> None:
@@ -64,6 +66,7 @@ class ChangefeedChecks:
         )
         if records:
             self.last_offsets[(topic, partition)] = records[-1].offset
+            self.records[(topic, partition)] += len(records)
         return self._account(verdicts, detected_at_ms)
 
     def give_up_held(self, detected_at_ms: int) -> list[Incident]:
@@ -83,6 +86,14 @@ class ChangefeedChecks:
             if result.is_fault:
                 incidents.append(checksum_incident(row, detected_at_ms))
         return incidents
+
+    def partition_counts(self, topic: str, partition: int) -> dict[str, int]:
+        """A partition's rows verified by this worker since it started, by verdict (all tables)."""
+        counts: dict[str, int] = {}
+        for (t, p, _table, verdict), count in self.counts.items():
+            if t == topic and p == partition:
+                counts[verdict] = counts.get(verdict, 0) + count
+        return counts
 
     def table_counts(self, topic: str | None = None, table: str | None = None) -> list[dict]:
         """Per topic, partition and table: rows verified by this worker since it started, by verdict."""

@@ -41,12 +41,16 @@ class WorkerCollector:
         lag = GaugeMetricFamily("kdiv_consumer_lag", "Records behind the partition's high watermark", labels=_TP)
         recovering = GaugeMetricFamily(
             "kdiv_partition_recovering",
-            "Per partition assigned to this worker: 1 while its state is being restored, 0 once loaded",
+            "Per partition assigned to this worker: 1 while its state is being restored, 0 once loaded "
+            "(a changefeed partition has none: 0 once assigned)",
             labels=_TP,
         )
         loaded = worker.live.validator.partitions
+        changefeed_partitions = []
         for topic, partition in worker.assigned_partitions():
-            recovering.add_metric([topic, str(partition)], int((topic, partition) not in loaded))
+            recovering.add_metric([topic, str(partition)], int(not worker.is_loaded(topic, partition)))
+            if topic in worker.changefeed_topics:
+                changefeed_partitions.append((topic, partition))
         for (topic, partition), part in sorted(loaded.items()):
             labels = [topic, str(partition)]
             validated.add_metric(labels, part.records)
@@ -58,6 +62,13 @@ class WorkerCollector:
             producers.add_metric(labels, len(part.tracker.segments))
             in_push.add_metric(labels, int(part.in_push))
             push_failed.add_metric(labels, int(part.push_failed))
+            behind = worker.lag(topic, partition)
+            if behind is not None:
+                lag.add_metric(labels, behind)
+        # Changefeed partitions: rows verified by checksum (by verdict in kdiv_changefeed_rows).
+        for topic, partition in changefeed_partitions:
+            labels = [topic, str(partition)]
+            validated.add_metric(labels, worker.changefeeds.records[(topic, partition)])
             behind = worker.lag(topic, partition)
             if behind is not None:
                 lag.add_metric(labels, behind)

@@ -53,6 +53,7 @@ from kdiv.worker.faustcompat.batches import attach_batch_handler
 from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_leader_epochs, fetched_span
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
+    committed_offset,
     hand_over_table_writes,
     recovery_status,
     restored_partitions,
@@ -462,6 +463,9 @@ class ValidationWorker:
         """Records between the last validated one and the partition's high watermark."""
         if topic in self.changefeed_topics:
             last_offset = self.changefeeds.last_offsets.get((topic, partition))
+            if last_offset is None:  # nothing verified since the worker started: from its position
+                committed = committed_offset(self.app, TP(topic, partition))
+                last_offset = None if committed is None else committed - 1
         else:
             part = self.live.validator.partitions.get((topic, partition))
             last_offset = None if part is None else part.last_offset
@@ -469,6 +473,11 @@ class ValidationWorker:
         if last_offset is None or highwater is None:
             return None
         return max(highwater - (last_offset + 1), 0)
+
+    def is_loaded(self, topic: str, partition: int) -> bool:
+        """True once a partition can be judged here: its saved state installed, or, for a
+        changefeed partition (no saved state to restore), at once."""
+        return topic in self.changefeed_topics or (topic, partition) in self.live.validator.partitions
 
     def recovery_status(self) -> dict:
         """Whether the tables are being restored, and what is left (for /health and metrics)."""

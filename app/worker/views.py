@@ -102,6 +102,25 @@ def producer_json(topic: str, partition: int, guid: bytes, segment, faults: Prod
     }
 
 
+def changefeed_partition_json(worker, topic: str, partition: int) -> dict:
+    """A changefeed partition assigned here: verified by row checksum, so no DIV state
+    (phase, producers); `records` and `counts` are the rows this worker verified since it started."""
+    changefeeds = worker.changefeeds
+    return {
+        "topic": topic,
+        "partition": partition,
+        "recovering": False,
+        "phase": None,
+        "push_failed": None,
+        "last_offset": changefeeds.last_offsets.get((topic, partition)),
+        "records": changefeeds.records[(topic, partition)],
+        "counts": changefeeds.partition_counts(topic, partition),
+        "producers": None,
+        "lag": worker.lag(topic, partition),
+        "worker": str(worker.app.conf.canonical_url),
+    }
+
+
 def recovering_partition_json(worker, topic: str, partition: int) -> dict:
     """An assigned partition whose state is still being restored: its owner, no state yet."""
     return {
@@ -303,6 +322,8 @@ class Views:
         if part is not None:
             return partition_json(self.worker, topic, partition, part)
         if (topic, partition) in self.worker.assigned_partitions():
+            if topic in self.worker.changefeed_topics:
+                return changefeed_partition_json(self.worker, topic, partition)
             return recovering_partition_json(self.worker, topic, partition)
         return None
 
@@ -314,6 +335,8 @@ class Views:
         return [
             partition_json(self.worker, t, p, loaded[(t, p)])
             if (t, p) in loaded
+            else changefeed_partition_json(self.worker, t, p)
+            if t in self.worker.changefeed_topics
             else recovering_partition_json(self.worker, t, p)
             for t, p in listed
             if topic is None or t == topic
@@ -379,8 +402,9 @@ class Views:
         # While tables recover, assigned partitions not yet loaded are still being restored;
         # their state loads when recovery completes (or with a record that comes first).
         restoring = recovery["in_progress"] or not self.worker.state_schema_ready.is_set()
-        ready = [{"topic": t, "partition": p} for t, p in assigned if (t, p) in parts or not restoring]
-        recovering = [{"topic": t, "partition": p} for t, p in assigned if (t, p) not in parts and restoring]
+        loaded = self.worker.is_loaded
+        ready = [{"topic": t, "partition": p} for t, p in assigned if loaded(t, p) or not restoring]
+        recovering = [{"topic": t, "partition": p} for t, p in assigned if not loaded(t, p) and restoring]
         # Degraded: serving, but its state is under a subject its readers do not look in.
         findings = [f.to_json() for f in self.worker.state_check.open.values()]
         lookups = self.worker.lookups

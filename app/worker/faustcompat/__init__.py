@@ -58,7 +58,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.transport.consumer:Consumer._acked", None, "forgotten at seeks"),
     ("faust.transport.consumer:Consumer._acked_index", None, "forgotten at seeks"),
     ("faust.transport.consumer:Consumer._gap", None, "forgotten at seeks"),
-    ("faust.transport.consumer:Consumer._committed_offset", None, "forgotten when a rewound log is read again"),
+    (
+        "faust.transport.consumer:Consumer._committed_offset",
+        None,
+        "forgotten when a rewound log is read again; a changefeed partition's position before its first record",
+    ),
     ("faust.transport.consumer:Consumer._buffered_partitions", None, "Faust's fetch filter"),
     (
         "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._fetch_records",

@@ -30,6 +30,12 @@ def recovery_status(app: Any) -> dict:
     }
 
 
+def committed_offset(app: Any, tp: TP) -> int | None:
+    """The offset Faust's consumer last committed (or found committed) for a partition."""
+    consumer = app.consumer
+    return None if consumer is None else consumer._committed_offset.get(tp)
+
+
 def peer_topics(app: Any) -> dict:
     """Other workers' web URLs with the topic partitions Faust's assignor gave each."""
     return app.assignor.external_topics_metadata()
