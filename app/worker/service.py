@@ -94,6 +94,8 @@ log = logging.getLogger("kdiv.worker")
 
 
 PRODUCER_BATCH_BYTES = 256 * 1024
+# Table writes between two turns of the event loop (each is a RocksDB put and a changelog send).
+TABLE_WRITES_PER_TURN = 500
 # How stale the worker's view of its topics' partitions may get (see build_app).
 METADATA_MAX_AGE_MS = 5_000
 # How long a commit waits for a partition leader to confirm that its log ends lower than
@@ -1059,11 +1061,15 @@ class ValidationWorker:
                 if writes is None:
                     continue
                 table = self._table_of_topic[topic]
-                for key, state in writes.in_order():
+                for n, (key, state) in enumerate(writes.in_order(), 1):
                     if state is None:
                         table.pop(key, None)
                     else:
                         table[key] = state
+                    if not n % TABLE_WRITES_PER_TURN:
+                        # A unit may write 100,000s of keys (a producer each): the web views
+                        # and /health answer in between. The partition context is this task's.
+                        await asyncio.sleep(0)
             self.stats.state_writes += 1
         # The traces table's changelog is sent outside Faust's producer buffer: awaited here,
         # like the observations, so a failed write fails the flush before anything commits.

@@ -9,6 +9,7 @@ every worker from the incidents topic, so each serves them itself.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from yarl import URL
 
 from kdiv.clock import renderable_ms
 from kdiv.div.faults import Verdict
-from kdiv.div.segment import SegmentStatus, as_segment
+from kdiv.div.segment import Segment, SegmentStatus, as_segment, status_of
 from kdiv.div.wire import ChecksumType
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
@@ -38,6 +39,7 @@ log = logging.getLogger("kdiv.views")
 LOCAL = "local"
 _PEER_TIMEOUT = ClientTimeout(total=5)
 MAX_PAGE = 1000
+PRODUCERS_PAGE = 100
 
 
 class PeerAnswer(NamedTuple):
@@ -213,6 +215,34 @@ def _is_hex_guid(raw: str) -> bool:
     return len(raw) == 32 and all(c in "0123456789abcdefABCDEF" for c in raw)
 
 
+def _producers_cursor(request: Request) -> tuple[str, int, bytes] | None:
+    """The `cursor` parameter of /producers/: "topic/partition/GUID", the last item of the
+    previous page (its `next_cursor`); the page holds the producers after it."""
+    raw = request.query.get("cursor")
+    if raw is None or raw == "":
+        return None
+    parts = raw.rsplit("/", 2)
+    if len(parts) != 3 or not parts[0] or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 10):
+        raise BadRequest(f"query parameter cursor={raw[:80]!r} is not topic/partition/GUID (a page's next_cursor)")
+    if not _is_hex_guid(parts[2]):
+        raise BadRequest(f"query parameter cursor={raw[:80]!r} does not end in a producer GUID (32 hex digits)")
+    return parts[0], int(parts[1]), bytes.fromhex(parts[2])
+
+
+def _cursor_of(item: dict) -> str:
+    return f"{item['topic']}/{item['partition']}/{item['producer']}"
+
+
+def _is_producer_item(item: object) -> bool:
+    """A peer's producer item with the fields pages are ordered by."""
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("topic"), str)
+        and isinstance(item.get("partition"), int)
+        and isinstance(item.get("producer"), str)
+    )
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -287,7 +317,78 @@ class Views:
         items.sort(key=sort_key or (lambda item: (item["topic"], item["partition"], item.get("producer", ""))))
         return {"items": items, "unavailable_workers": unavailable}
 
+    async def gather_producer_pages(self, request: Request, local: dict) -> dict:
+        """This worker's page of producers merged with every peer's page for the same
+        request (unless this is itself a peer's request): the first `limit` of them all."""
+        if request.query.get("scope") == LOCAL:
+            return local
+        answers = await asyncio.gather(*(self.ask(url, request) for url in self._peer_urls()))
+        items, total, more = list(local["items"]), local["total"], local["next_cursor"] is not None
+        unavailable = []
+        for answer in answers:
+            body = answer.body
+            there = body.get("items") if isinstance(body, dict) else None
+            counted = body.get("total") if isinstance(body, dict) else None
+            if answer.status != 200 or not isinstance(there, list) or not isinstance(counted, int):
+                unavailable.append(str(answer.url))
+                continue
+            items.extend(item for item in there if _is_producer_item(item))
+            total += counted
+            more = more or cast(dict, body).get("next_cursor") is not None
+        items.sort(key=lambda item: (item["topic"], item["partition"], item["producer"]))
+        limit = local["limit"]
+        page = items[:limit]
+        more = more or len(items) > limit
+        return {
+            "items": page,
+            "total": total,
+            "limit": limit,
+            "next_cursor": _cursor_of(page[-1]) if more and page else None,
+            "unavailable_workers": unavailable,
+        }
+
     # -- views -------------------------------------------------------------------------------
+
+    def producer_page(self, request: Request) -> dict:
+        """One page of this worker's producers matching the request's filters, in (topic,
+        partition, GUID) order, after the request's cursor; `total` counts all that match.
+
+        Each page costs a pass over the producers' keys, not a JSON object for each: a
+        partition may track 100,000s of them."""
+        limit = _int_param(request, "limit", PRODUCERS_PAGE, minimum=1, maximum=MAX_PAGE)
+        cursor = _producers_cursor(request)
+        topic = request.query.get("topic")
+        partition = _int_param(request, "partition", None)
+        status = request.query.get("status")
+        if status is not None and status not in SegmentStatus.__members__:
+            raise BadRequest(f"status={status!r} is not one of {', '.join(SegmentStatus.__members__)}")
+        wanted = None if status is None else SegmentStatus[status]
+        total = 0
+        page: list[tuple[str, int, bytes, Segment | bytes]] = []
+        for (t, p), part in sorted(self.worker.live.validator.partitions.items()):
+            if (topic is not None and t != topic) or (partition is not None and p != partition):
+                continue
+            segments = part.tracker.segments
+            matching = segments.keys() if wanted is None else [g for g, s in segments.items() if status_of(s) is wanted]
+            total += len(matching)
+            if cursor is not None and (t, p) < cursor[:2]:
+                continue
+            after = cursor[2] if cursor is not None and (t, p) == cursor[:2] else None
+            # One more than the page: whether a next page exists.
+            need = limit + 1 - len(page)
+            if need > 0:
+                candidates = matching if after is None else (g for g in matching if g > after)
+                page.extend((t, p, g, segments[g]) for g in heapq.nsmallest(need, candidates))
+        faults = faults_by_producer(self.worker.recent.newest_first()) if page else {}
+        items = [
+            producer_json(t, p, g, as_segment(state), faults.get((t, p, g.hex()))) for t, p, g, state in page[:limit]
+        ]
+        return {
+            "items": items,
+            "total": total,
+            "limit": limit,
+            "next_cursor": _cursor_of(items[-1]) if len(page) > limit else None,
+        }
 
     def producers(self, request: Request, guid: str | None = None) -> list[dict]:
         """This worker's producers matching the request's filters."""
@@ -306,9 +407,9 @@ class Views:
         for (t, p), part in sorted(self.worker.live.validator.partitions.items()):
             if (topic is not None and t != topic) or (partition is not None and p != partition):
                 continue
-            for g, state in part.tracker.segments.items():
-                if guid is not None and g != wanted:
-                    continue
+            segments = part.tracker.segments
+            shown = segments.items() if guid is None else [(wanted, segments[wanted])] if wanted in segments else []
+            for g, state in shown:
                 segment = as_segment(state)
                 if status is not None and segment.status.name != status:
                     continue
@@ -471,7 +572,7 @@ def register_views(app, worker) -> Views:
     class ProducersView(View):
         async def get(self, request: Request) -> Response:
             try:
-                return self.json(await views.gather(request, views.producers(request)))
+                return self.json(await views.gather_producer_pages(request, views.producer_page(request)))
             except BadRequest as bad:
                 return error(self, 400, str(bad))
 

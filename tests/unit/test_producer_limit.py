@@ -50,9 +50,9 @@ class Partition:
 
 def feed(target, records: list[ConsumedRecord]) -> list[str]:
     """Each record to a validator or a live validation; their verdicts."""
-    if isinstance(target, LiveValidation):
-        return [target.process(r, NOW).verdict.value for r in records]
-    return [target.validate(r, NOW).verdict.value for r in records]
+    validate = target.process if isinstance(target, LiveValidation) else target.validate
+    results = [validate(r, NOW) for r in records]
+    return [result.verdict.value if result is not None else "REPLAY" for result in results]
 
 
 def test_the_least_recently_seen_producers_are_evicted_one_incident_per_episode():
