@@ -180,8 +180,10 @@ def test_the_time_stamp_mode_and_zone_come_from_the_worker_variables_which_a_div
         assert (code, [(f["offset"], f["verdict"]) for f in faults]) == (1, [(1, "CHECKSUM_MISMATCH")]), err
     code, _, err = run_check("--ticdc", "simple", str(path), env={"KDIV_TICDC_TIME_ZONE": "Mars/Olympus"})
     assert code == 2 and "unknown time zone 'Mars/Olympus'" in err
+    # A DIV check ignores the variable; with no div header in the input it says so (exit 2).
     code, verdicts, err = run_check(str(path), env={"KDIV_TICDC_TIME_ZONE": "Mars/Olympus"})
-    assert code == 0 and [v["verdict"] for v in verdicts] == ["UNTRACKED", "UNTRACKED"], err
+    assert [v["verdict"] for v in verdicts] == ["UNTRACKED", "UNTRACKED"], err
+    assert code == 2 and "Mars" not in err and "check them with --ticdc simple" in err, err
 
 
 def test_the_choices_and_defaults_are_the_workers():
