@@ -120,7 +120,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         ("self", "transport"),
         "transport: the worker reads committed records under at_least_once too",
     ),
-    ("aiokafka.consumer.consumer:AIOKafkaConsumer._isolation_level", None, "transport: read_committed, set before start"),
+    (
+        "aiokafka.consumer.consumer:AIOKafkaConsumer._isolation_level",
+        None,
+        "transport: read_committed, set before start",
+    ),
     (
         "aiokafka.consumer.fetcher:MemoryRecords",
         None,
