@@ -18,6 +18,10 @@ class SettingsError(ValueError):
 _TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]{16,}=*")
 
 
+# A host name, IPv4 or bracketed IPv6 address, or a pattern of one, with an optional port.
+_HOST_PATTERN = re.compile(r"(\[[0-9a-f:.*?]+\]|[a-z0-9*?\[\]!_.-]+)(:[0-9*?]+)?")
+
+
 class EnvReader:
     def __init__(self, environ: Mapping[builtins.str, builtins.str]) -> None:
         self._environ = environ
@@ -67,6 +71,18 @@ class EnvReader:
                 f"{PREFIX}{name} must be at least 16 characters of A-Z a-z 0-9 - . _ ~ + / (e.g. `openssl rand -hex 32`)"
             )
         return token
+
+    def host_names(self, name: builtins.str) -> tuple[builtins.str, ...]:
+        """Comma-separated host names or patterns (``*``, ``?``, ``[...]``), lower-cased; an
+        optional ``:port`` stays on."""
+        names = []
+        for item in (part.strip().lower() for part in self.str(name, "").split(",")):
+            if not item:
+                continue
+            if not _HOST_PATTERN.fullmatch(item):
+                raise SettingsError(f"{PREFIX}{name}: {item!r} is not a host name, address or pattern (e.g. kdiv-*)")
+            names.append(item.rstrip("."))
+        return tuple(names)
 
     def choice(self, name: builtins.str, choices: tuple[builtins.str, ...], default: builtins.str) -> builtins.str:
         value = self.str(name, default)

@@ -249,6 +249,12 @@ class Settings:
     # Bearer token every web view but /health and /metrics requires ("": none, loopback only).
     web_token: str = field(default="", repr=False)
     web_allow_unauthenticated: bool = False
+    # Host header names the views answer besides the bound and advertised host, localhost
+    # names and IP literals ("*": any); a browser page of another name (DNS rebinding) is refused.
+    web_allowed_hosts: tuple[str, ...] = ()
+    # Host patterns (fnmatch, "host" or "host:port") of the workers this one forwards
+    # requests to; () asks every group member.
+    web_peers: tuple[str, ...] = ()
     processing_guarantee: str = "at_least_once"
     # topic -> min.compaction.lag.ms; "*" applies to every topic not named. A topic in
     # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
@@ -325,6 +331,8 @@ class Settings:
             web_enabled=env.bool("WEB_ENABLED", cls.web_enabled),
             web_token=env.web_token("WEB_TOKEN"),
             web_allow_unauthenticated=env.bool("WEB_ALLOW_UNAUTHENTICATED", False),
+            web_allowed_hosts=env.host_names("WEB_ALLOWED_HOSTS"),
+            web_peers=env.host_names("WEB_PEERS"),
             processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
             compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
             max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),

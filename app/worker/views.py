@@ -32,7 +32,8 @@ from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, LOG_REWOUND, NO_PRODUCER, PRODUCERS_LIMIT
-from kdiv.worker.webauth import authorization_header, bearer_token_middleware
+from kdiv.worker.webauth import SignedRequests, answer_is_signed, authentication_middleware, sign_answer, sign_request
+from kdiv.worker.webguard import allowed_host_names, host_check_middleware, matches, page_policy, security_headers
 
 log = logging.getLogger("kdiv.views")
 
@@ -40,14 +41,21 @@ LOCAL = "local"
 _PEER_TIMEOUT = ClientTimeout(total=5)
 MAX_PAGE = 1000
 PRODUCERS_PAGE = 100
+# A peer's answer read at most (a worker's list of 1,000s of producers is a few MiB).
+MAX_PEER_ANSWER = 64 << 20
+# The longest integer a query parameter or path takes (int64), and time given as ISO 8601.
+MAX_DIGITS = 19
+MAX_TIME_TEXT = 40
 
 
 class PeerAnswer(NamedTuple):
-    """Another worker's answer: status and JSON body, both None when it did not answer."""
+    """Another worker's answer: status and JSON body, both None when it did not answer or its
+    answer was refused (`refused` then says why: not signed, not JSON, not a permitted peer)."""
 
     url: URL
     status: int | None
     body: dict | list | None
+    refused: str | None = None
 
 
 class BadRequest(Exception):
@@ -157,14 +165,26 @@ def partition_json(worker, topic: str, partition: int, part) -> dict:
     }
 
 
+def _shown(raw: str, limit: int = 24) -> str:
+    """A value from the request, quoted and cut short, for an error message."""
+    return repr(raw[:limit]) + ("..." if len(raw) > limit else "")
+
+
+def parse_count(raw: str, what: str) -> int:
+    """A non-negative integer of ASCII digits (not "²", "٣", " 5", "1_0" or "+1", which int()
+    takes or trips on), at most MAX_DIGITS long."""
+    if not (raw.isascii() and raw.isdigit()):
+        raise BadRequest(f"{what}={_shown(raw)} is not a non-negative integer (ASCII digits)")
+    if len(raw) > MAX_DIGITS:
+        raise BadRequest(f"{what}={_shown(raw)} has more than {MAX_DIGITS} digits")
+    return int(raw)
+
+
 def _int_param(request: Request, name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None):
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name}={raw!r} is not an integer") from None
+    value = parse_count(raw, f"query parameter {name}")
     if value < minimum or (maximum is not None and value > maximum):
         raise BadRequest(f"query parameter {name}={value} is outside {minimum}..{maximum if maximum else ''}")
     return value
@@ -184,6 +204,47 @@ SEVERITIES = ("fatal", "warning")
 SCOPES = (LOCAL,)
 
 
+def _scope(request: Request) -> str | None:
+    """The request's scope: LOCAL, or None for the whole group; anything else is a 400."""
+    return _choice_param(request, "scope", SCOPES)
+
+
+# The query parameters each view takes (by its route); any other is a 400 naming it, so a
+# misspelt filter is not taken for one that matched everything.
+QUERY_PARAMETERS: dict[str, frozenset[str]] = {
+    "/producers/": frozenset({"limit", "cursor", "topic", "partition", "status", "scope"}),
+    "/producers/{guid}/": frozenset({"topic", "partition", "status", "scope"}),
+    "/partitions/": frozenset({"topic", "scope"}),
+    "/partitions/{topic}/{partition}/": frozenset({"scope"}),
+    "/routes/": frozenset({"scope"}),
+    "/changefeeds/": frozenset({"topic", "table", "scope"}),
+    "/incidents/": frozenset(
+        {"limit", "offset", "topic", "partition", "class", "severity", "producer", "since", "until", "scope"}
+    ),
+    "/ui/": frozenset(),
+    "/reconcile/": frozenset(),
+    "/health": frozenset(),
+    "/metrics": frozenset(),
+}
+
+
+def query_problem(request: web.Request, taken: frozenset[str]) -> str | None:
+    """What is wrong with the request's query for a view taking `taken`: an unknown or repeated
+    parameter, or a bad scope; None when nothing is."""
+    names = [name for name, _ in request.query.items()]  # keys() gives a repeated name once
+    for name in dict.fromkeys(names):
+        if name not in taken:
+            known = ", ".join(sorted(taken)) or "none"
+            return f"unknown query parameter {_shown(name, 40)} (this view takes: {known})"
+        if names.count(name) > 1:
+            return f"query parameter {_shown(name, 40)} is given {names.count(name)} times"
+    # The same check of scope on every view that takes it, whichever way the view reads it.
+    scope = request.query.get("scope", "")
+    if scope not in ("", *SCOPES):
+        return f"query parameter scope={_shown(scope)} is not one of {', '.join(SCOPES)}"
+    return None
+
+
 def _choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
@@ -199,13 +260,15 @@ def _time_param(request: Request, name: str) -> int | None:
     if raw is None or raw == "":
         return None
     if raw.isascii() and raw.isdigit():  # not "²", which isdigit() takes and int() refuses
-        if len(raw) > 19:
-            raise BadRequest(f"query parameter {name}={raw[:24]}... is not a time in ms (more than 19 digits)")
-        return int(raw)
+        return parse_count(raw, f"query parameter {name} (ms since the epoch)")
+    if not raw.isascii() or len(raw) > MAX_TIME_TEXT:
+        raise BadRequest(f"query parameter {name}={_shown(raw)} is neither ms since the epoch nor an ISO 8601 time")
     try:
         parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise BadRequest(f"query parameter {name}={raw!r} is neither ms since the epoch nor an ISO 8601 time") from None
+        raise BadRequest(
+            f"query parameter {name}={_shown(raw)} is neither ms since the epoch nor an ISO 8601 time"
+        ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return int(parsed.timestamp() * 1000)
@@ -267,14 +330,27 @@ def incident_json(incident) -> dict:
     return fields
 
 
+async def _read_capped(response, limit: int) -> bytes:
+    """The whole body of a peer's answer; ValueError past `limit` bytes."""
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"an answer larger than {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Views:
     """The read-only web views: local answers, and the other workers' asked for the rest."""
 
     def __init__(self, app, worker) -> None:
         self.app = app
         self.worker = worker
-        # Peers require the same token as any client.
-        self._peer_headers = authorization_header(worker.settings.web_token)
+        # The key of the requests and answers exchanged with peers (never sent itself);
+        # without a token peers are asked and believed as they are (loopback only).
+        self._token = worker.settings.web_token
+        self._peer_patterns = worker.settings.web_peers
 
     # -- peers -------------------------------------------------------------------------------
 
@@ -282,6 +358,15 @@ class Views:
         me = URL(str(self.app.conf.canonical_url))
         urls = {URL(str(url)) for url in peer_topics(self.app)}
         return sorted((u for u in urls if (u.host, u.port) != (me.host, me.port)), key=str)
+
+    def not_a_peer(self, url: URL) -> str | None:
+        """Why a URL advertised in the group is not asked (None: it is): a member's metadata
+        is untrusted, and `KDIV_WEB_PEERS` may narrow who is."""
+        if url.scheme not in ("http", "https") or not url.host:
+            return "is not an http(s) URL"
+        if self._peer_patterns and not matches(self._peer_patterns, url.host.lower().rstrip("."), url.port):
+            return "is not in KDIV_WEB_PEERS"
+        return None
 
     def owner_of(self, topic: str, partition: int) -> URL | None:
         """The URL of the worker that owns (topic, partition), from Faust's assignor."""
@@ -291,29 +376,48 @@ class Views:
         return None
 
     async def ask(self, url: URL, request: Request) -> PeerAnswer:
-        """Ask another worker for its local answer to this request."""
+        """Ask another worker for its local answer to this request: signed with the token
+        (not sending it), and taken only when the answer is signed too."""
+        refused = self.not_a_peer(url)
+        if refused is not None:
+            log.warning("worker %s %s: not asked for %s", url, refused, request.path)  # type: ignore[attr-defined]
+            return PeerAnswer(url, None, None, f"{url} {refused}")
         path = request.path  # type: ignore[attr-defined]  # aiohttp's Request
         target = url.with_path(path).with_query({**request.query, "scope": LOCAL})
+        headers, request_sig = sign_request(self._token, "GET", target) if self._token else ({}, "")
         try:
-            async with self.app.http_client.get(target, timeout=_PEER_TIMEOUT, headers=self._peer_headers) as response:
-                return PeerAnswer(url, response.status, await response.json())
+            async with self.app.http_client.get(
+                target, timeout=_PEER_TIMEOUT, headers=headers, allow_redirects=False
+            ) as response:
+                body = await _read_capped(response, MAX_PEER_ANSWER)
+                status, answer_headers = response.status, response.headers
         except (TimeoutError, ClientError, ValueError) as bad:
-            # ValueError: an answer that is not JSON, e.g. from something else at that address.
             log.warning("worker %s did not answer %s: %s", url, request.url, bad)
             return PeerAnswer(url, None, None)
+        if self._token and not answer_is_signed(self._token, request_sig, status, body, answer_headers):
+            # Not from a worker holding the token (a rogue group member, or something else at
+            # that address): its body is not looked at.
+            log.warning("worker %s answered %s %s without this group's signature: refused", url, status, target.path)
+            return PeerAnswer(url, None, None, f"{url} answered without this group's signature")
+        try:
+            return PeerAnswer(url, status, parse_json(body, max_bytes=MAX_PEER_ANSWER))
+        except ValueError as bad:
+            log.warning("worker %s answered %s with a body that is not JSON: %s", url, target.path, bad)
+            return PeerAnswer(url, None, None, f"{url} answered with a body that is not JSON")
 
     async def gather(self, request: Request, local: list[dict], sort_key=None) -> dict:
         """Local items plus every peer's, unless this is itself a peer's request."""
-        if _choice_param(request, "scope", SCOPES) == LOCAL:
+        if _scope(request) == LOCAL:
             return {"items": local}
         answers = await asyncio.gather(*(self.ask(url, request) for url in self._peer_urls()))
         items = list(local)
         unavailable = []
         for answer in answers:
-            if answer.status != 200 or not isinstance(answer.body, dict):
+            items_there = answer.body.get("items") if isinstance(answer.body, dict) else None
+            if answer.status != 200 or not isinstance(items_there, list):
                 unavailable.append(str(answer.url))
             else:
-                items.extend(answer.body["items"])
+                items.extend(items_there)
         items.sort(key=sort_key or (lambda item: (item["topic"], item["partition"], item.get("producer", ""))))
         return {"items": items, "unavailable_workers": unavailable}
 
@@ -560,13 +664,38 @@ def register_views(app, worker) -> Views:
                 {"error": exc.reason, "message": f"{request.method} {request.path}: {exc.reason}"}, status=exc.status
             )
 
-    app.web.web_app.middlewares.append(json_errors)
-    if worker.settings.web_token:
+    settings = worker.settings
+    advertised = URL(str(app.conf.canonical_url))
+    web_app = app.web.web_app
+    # First: a page of a name that is not this worker's (DNS rebinding) gets nothing.
+    web_app.middlewares.append(
+        host_check_middleware(allowed_host_names(settings.web_host, advertised.host, settings.web_allowed_hosts))
+    )
+    web_app.middlewares.append(json_errors)
+    if settings.web_token:
         # Inside json_errors: an unknown path or method is not revealed without the token.
-        app.web.web_app.middlewares.append(bearer_token_middleware(worker.settings.web_token))
+        web_app.middlewares.append(
+            authentication_middleware(settings.web_token, SignedRequests(settings.web_token, advertised))
+        )
+
+        async def sign_peer_answers(request, response) -> None:
+            sign_answer(settings.web_token, request, response)
+
+        web_app.on_response_prepare.append(sign_peer_answers)
+
+    @web.middleware
+    async def known_parameters(request, handler):
+        route = request.match_info.route.resource
+        taken = QUERY_PARAMETERS.get(route.canonical) if route is not None else None
+        problem = query_problem(request, taken) if taken is not None else None
+        if problem is not None:
+            return web.json_response({"error": "Bad Request", "message": f"{request.path}: {problem}"}, status=400)
+        return await handler(request)
+
+    web_app.middlewares.append(known_parameters)
     # /incidents -> /incidents/ (and the other list views): aiohttp redirects when only the
     # path with the slash exists. Inside the token check, like every other path.
-    app.web.web_app.middlewares.append(web.normalize_path_middleware(append_slash=True, merge_slashes=True))
+    web_app.middlewares.append(web.normalize_path_middleware(append_slash=True, merge_slashes=True))
 
     @app.page("/producers/")
     class ProducersView(View):
@@ -583,7 +712,7 @@ def register_views(app, worker) -> Views:
                 answer = await views.gather(request, views.producers(request, guid))
             except BadRequest as bad:
                 return error(self, 400, str(bad))
-            if request.query.get("scope") != LOCAL and not answer["items"]:
+            if _scope(request) != LOCAL and not answer["items"]:
                 return error(self, 404, f"no state for producer {guid}")
             return self.json(answer)
 
@@ -599,20 +728,22 @@ def register_views(app, worker) -> Views:
     class PartitionView(View):
         async def get(self, request: Request, topic: str, partition: str) -> Response:
             try:
-                number = int(partition)
-            except ValueError:
-                return error(self, 400, f"partition {partition!r} is not an integer")
+                number = parse_count(partition, "partition")
+                scope = _scope(request)
+            except BadRequest as bad:
+                return error(self, 400, str(bad))
             here = views.partition(topic, number)
             if here is not None:
                 return self.json(here)
             owner = views.owner_of(topic, number)
             me = URL(str(views.app.conf.canonical_url))
-            if (
-                owner is not None
-                and (owner.host, owner.port) != (me.host, me.port)
-                and request.query.get("scope") != LOCAL
-            ):
+            if owner is not None and (owner.host, owner.port) != (me.host, me.port) and scope != LOCAL:
                 answer = await views.ask(owner, request)
+                if answer.refused is not None:
+                    # What the owner said is not passed on: it may not be a worker of this group.
+                    return error(
+                        self, 502, f"{topic}[{number}] is owned by {owner}, whose answer was refused: {answer.refused}"
+                    )
                 if answer.status is None:
                     return error(self, 503, f"{topic}[{number}] is owned by {owner}, which did not answer")
                 # The owner's answer as it gave it: its 404 stays a 404, with its message.
@@ -630,7 +761,7 @@ def register_views(app, worker) -> Views:
                 )
             except BadRequest as bad:
                 return error(self, 400, str(bad))
-            if request.query.get("scope") == LOCAL:
+            if _scope(request) == LOCAL:
                 return self.json(gathered)
             return self.json(routes_summary(views.worker, gathered))
 
@@ -649,6 +780,7 @@ def register_views(app, worker) -> Views:
     class IncidentsView(View):
         async def get(self, request: Request) -> Response:
             try:
+                _scope(request)  # every worker reads the incidents itself: either scope is this
                 return self.json(views.incidents(request))
             except BadRequest as bad:
                 return error(self, 400, str(bad))
@@ -659,6 +791,8 @@ def register_views(app, worker) -> Views:
         .read_text(encoding="utf-8")
         .replace("__INCIDENT_CLASSES__", json.dumps(list(INCIDENT_CLASSES)))
     )
+
+    web_app.on_response_prepare.append(security_headers({"/ui/": page_policy(dashboard)}))
 
     @app.page("/ui/")
     class DashboardView(View):

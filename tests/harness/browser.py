@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,16 @@ def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     assert path, "the dashboard tests need Debian's chromium (apt-get install chromium; .ci/run installs it)"
     return path
+
+
+async def wait_until(page: Page, expression: str, timeout: float = 30.0) -> None:
+    """Wait until a JavaScript expression is truthy in the page. Not Playwright's
+    wait_for_function: it polls with the page's eval(), which the page's CSP forbids."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await page.evaluate(expression):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{expression} still false after {timeout:.0f} s")
+        await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -40,7 +51,7 @@ async def dashboard(worker_url: str | None) -> AsyncIterator[Dashboard]:
             page.on("console", lambda message: shown.errors.append(message.text) if message.type == "error" else None)
             page.on("pageerror", lambda error: shown.errors.append(str(error)))
             await page.goto(f"{worker_url}/ui/")
-            await page.wait_for_function("document.body.dataset.loaded")
+            await wait_until(page, "document.body.dataset.loaded")
             yield shown
         finally:
             await browser.close()

@@ -9,7 +9,7 @@ import aiohttp
 from playwright.async_api import async_playwright
 
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, wait_until_caught_up
-from tests.harness.browser import chromium
+from tests.harness.browser import chromium, wait_until
 from tests.harness.http import http_json, wait_for_incidents_read
 from tests.harness.processes import WorkerProcess, free_port
 
@@ -56,8 +56,12 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                 errors: list[str] = []
                 page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
                 page.on("pageerror", lambda error: errors.append(str(error)))
-                await page.goto(f"{worker.url}/ui/")
-                await page.wait_for_function("document.body.dataset.loaded")
+                shown_page = await page.goto(f"{worker.url}/ui/")
+                # The page works under its CSP: inline code only by hash, requests to the worker.
+                assert shown_page is not None
+                policy = shown_page.headers["content-security-policy"]
+                assert "script-src 'sha256-" in policy and "unsafe" not in policy, policy
+                await wait_until(page, "document.body.dataset.loaded")
 
                 # The faults, as the incidents view lists them; the partitions with their counts.
                 rows = page.locator("#incidents tbody tr")
@@ -91,18 +95,28 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
 
                 # A filter narrows the list to what the view gives for it.
                 await page.select_option("#filters select[name=class]", "MISSING")
-                await page.wait_for_function(
-                    "[...document.querySelectorAll('#incidents tbody tr')].every(r => r.dataset.verdict === 'MISSING')"
+                await wait_until(
+                    page,
+                    "[...document.querySelectorAll('#incidents tbody tr')].every(r => r.dataset.verdict === 'MISSING')",
                 )
                 assert await rows.count() == verdicts.count("MISSING")
                 await page.fill("#filters input[name=partition]", "1")
-                await page.wait_for_function(
-                    "[...document.querySelectorAll('#incidents tbody tr')].every(r => r.cells[4].textContent === '1')"
+                await wait_until(
+                    page,
+                    "[...document.querySelectorAll('#incidents tbody tr')].every(r => r.cells[4].textContent === '1')",
                 )
                 expected = [i for i in incidents["items"] if i["verdict"] == "MISSING" and i["partition"] == 1]
                 assert await rows.count() == len(expected)
                 assert await page.locator("#problem").is_hidden()
                 assert errors == []
+
+                # A script injected into the page (as a markup injection would) does not run.
+                await page.evaluate(
+                    "() => { const s = document.createElement('script');"
+                    " s.textContent = 'document.body.dataset.injected = 1'; document.body.append(s); }"
+                )
+                assert await page.evaluate("document.body.dataset.injected") is None
+                assert any("Content Security Policy" in error for error in errors), errors
             finally:
                 await browser.close()
     finally:

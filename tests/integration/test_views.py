@@ -259,7 +259,7 @@ async def test_a_forwarded_request_passes_the_owners_answer_through():
     async with TestServer(server_app) as server, aiohttp.ClientSession() as client:
         views = Views.__new__(Views)
         views.app = type("App", (), {"http_client": client})()
-        views._peer_headers = {}
+        views._token, views._peer_patterns = "", ()
 
         asked = SimpleNamespace(path="/partitions/t/1/", query={}, url="/partitions/t/1/")
         owner = server.make_url("/")
