@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import DataFrame, SparkSession
 
 from kdiv.reconcile import prometheus, report
+from kdiv.reconcile.aggregates import SEQUENCE_FIELDS, Timeline
 from kdiv.reconcile.findings import (
     CLASSES,
     DIVERGED,
@@ -30,6 +31,10 @@ from kdiv.reconcile.findings import (
     UNREADABLE,
     UNVALIDATED,
 )
+from kdiv.reconcile.legend import CLASS_COLOURS, CLASS_MEANINGS
+from kdiv.reconcile.markup import KEY_TEXT_CHARS
+from kdiv.reconcile.plots import timeline_figure
+from kdiv.reconcile.summary import STATUSES
 
 T0 = 1_714_560_000_000  # 2024-05-01 10:40:00 UTC
 MINUTE_MS = 60_000
@@ -320,7 +325,7 @@ def test_discrepancies_are_laid_out_by_topic_then_class(written: report.ReportFi
 
 def test_sequences_parquet_reads_back(written: report.ReportFiles, report_spark: SparkSession) -> None:
     back = report_spark.read.parquet(str(written.sequences))
-    assert tuple(back.columns) == report.SEQUENCE_FIELDS
+    assert tuple(back.columns) == SEQUENCE_FIELDS
     assert sorted(map(tuple, back.collect()), key=repr) == sorted(SEQUENCES, key=repr)
 
 
@@ -350,7 +355,7 @@ def test_html_escapes_what_the_findings_carry(written: report.ReportFiles) -> No
     findings = table_dicts(_Page(text), "findings-lost")
     keys = [row["Key"] for row in findings]
     assert keys == ["order-1", "0x" + NON_UTF8_KEY.hex(), "order-<3>", "pay-1"]
-    assert table_dicts(_Page(text), "findings-diverged")[0]["Key"] == "k" * report.KEY_TEXT_CHARS + "…"
+    assert table_dicts(_Page(text), "findings-diverged")[0]["Key"] == "k" * KEY_TEXT_CHARS + "…"
     assert table_dicts(_Page(text), "findings-subject_mismatch")[0]["Key"] == "(none)"
 
 
@@ -445,9 +450,9 @@ def test_clean_report_says_so_without_plots(
 
 
 def test_every_class_has_a_meaning_and_a_colour() -> None:
-    assert set(report.CLASS_MEANINGS) == set(CLASSES)
-    assert set(report.CLASS_COLOURS) == set(CLASSES)
-    assert set(prometheus.STATUS_VALUES) == set(report.STATUSES)
+    assert set(CLASS_MEANINGS) == set(CLASSES)
+    assert set(CLASS_COLOURS) == set(CLASSES)
+    assert set(prometheus.STATUS_VALUES) == set(STATUSES)
 
 
 # --- failure -----------------------------------------------------------------------------------
@@ -591,7 +596,7 @@ def test_one_moment_of_findings_plots_on_a_span_of_seconds_with_classes_stacked(
     """One bin used to get matplotlib's default span of years, and classes with the same
     counts at the same moments hid each other."""
     moment = 1_795_478_400_000
-    timeline = report._Timeline(
+    timeline = Timeline(
         untimed=0,
         total=3,
         bin_width_ms=1000,
@@ -599,7 +604,7 @@ def test_one_moment_of_findings_plots_on_a_span_of_seconds_with_classes_stacked(
         last_bin_ms=moment,
         counts={("LOST", moment): 1, ("DIVERGED", moment): 2},
     )
-    figure = report._timeline_figure(timeline, ["LOST", "DIVERGED"])
+    figure = timeline_figure(timeline, ["LOST", "DIVERGED"])
     (ax,) = figure.axes
     left, right = ax.get_xlim()
     assert (right - left) * 86_400_000 == pytest.approx(3 * 1000)  # the bin, and one either side

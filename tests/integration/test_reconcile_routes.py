@@ -24,11 +24,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kdiv.dev.processor import ProcessorLedger
+from kdiv.reconcile.aggregates import FINDINGS_SHOWN_PER_CLASS
 from kdiv.reconcile.findings import ROUTE_DUPLICATED, ROUTE_LOST
 from kdiv.reconcile.job import PROM_FILE, ROUTE_OFFSETS_JSON, Reconciliation, parse_args, settings_from
 from kdiv.reconcile.kafka_source import read_topics
 from kdiv.reconcile.prometheus import build_registry
-from kdiv.reconcile.report import FINDINGS_SHOWN_PER_CLASS, REPORT_HTML, SUMMARY_JSON
+from kdiv.reconcile.report import REPORT_HTML, SUMMARY_JSON
 from kdiv.reconcile.routes import (
     AVRO_FILE_FORMAT,
     OBSERVED_ROWS,

@@ -12,6 +12,7 @@ from kdiv.clock import LAST_RENDERABLE_MS
 from kdiv.div.segment import Segment
 from kdiv.div.wire import ChecksumType
 from kdiv.reconcile import report
+from kdiv.reconcile.markup import utc_time
 from kdiv.worker.incidents import Incident
 from kdiv.worker.views import ProducerFaults, incident_json, iso_time, producer_json
 
@@ -62,7 +63,7 @@ def test_an_incident_with_odd_times_renders_with_its_raw_numbers(name):
 @pytest.mark.parametrize("name", sorted(ODD_TIMES))
 def test_a_report_shows_an_odd_time_as_its_number(name, tmp_path):
     ms = ODD_TIMES[name]
-    shown = report._utc(ms)
+    shown = utc_time(ms)
     assert shown == ("—" if ms < 0 else f"{ms} ms (out of range)")
     written = report.write_failure_report(
         {"error": "broker gone", "finished_at_ms": ms, "duration_s": 1.0, "snapshot": {"taken_at_ms": ms}}, tmp_path
