@@ -108,9 +108,14 @@ def ticdc_protocol_of(record: ConsumedRecord) -> str | None:
     return None
 
 
+# A line holds one record with its key, value and headers base64-encoded (a third larger);
+# brokers are often configured for records well past Kafka's 1 MiB default.
+MAX_LINE_BYTES = 64 << 20
+
+
 def parse_record(line: str, source: str, lineno: int) -> ConsumedRecord:
     try:
-        obj = parse_json(line)
+        obj = parse_json(line, max_bytes=MAX_LINE_BYTES)
     except UntrustedJSONError as bad:
         raise InputError(f"{source}:{lineno}: {bad}") from None
     try:
