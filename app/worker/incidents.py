@@ -256,26 +256,42 @@ def schema_incident(
     )
 
 
+def partition_incident(
+    topic: str, partition: int, verdict: str, offset: int, severity: str, detail: str, detected_at_ms: int
+) -> Incident:
+    """An incident of a partition, not of one producer's record: keyed by the offset it
+    begins at (in the seq field), so finding it again after a crash rewrites the same key."""
+    return Incident(
+        topic=topic,
+        partition=partition,
+        producer=NO_PRODUCER,
+        segment=-1,
+        seq=offset,
+        verdict=verdict,
+        offset=offset,
+        severity=severity,
+        detail=detail,
+        record_timestamp_ms=-1,
+        detected_at_ms=detected_at_ms,
+    )
+
+
 LOG_REWOUND = "LOG_REWOUND"
 
 
 def rewind_incident(rewind: Rewind, detected_at_ms: int) -> Incident:
     """Validated records gone from a partition's log (`kdiv.worker.live.Rewind`); identified
     by the first offset gone, so finding it again after a crash rewrites the same key."""
-    return Incident(
-        topic=rewind.topic,
-        partition=rewind.partition,
-        producer=NO_PRODUCER,
-        segment=-1,
-        seq=rewind.first_offset,
-        verdict=LOG_REWOUND,
-        offset=rewind.first_offset,
-        severity="fatal" if rewind.in_push else "warning",
-        detail=f"offsets {rewind.first_offset}..{rewind.last_offset} were validated, and their records are "
+    return partition_incident(
+        rewind.topic,
+        rewind.partition,
+        LOG_REWOUND,
+        rewind.first_offset,
+        "fatal" if rewind.in_push else "warning",
+        f"offsets {rewind.first_offset}..{rewind.last_offset} were validated, and their records are "
         f"gone from the log (found by {rewind.detected_by}): {rewind.detail}; records at those offsets "
         f"are validated as new",
-        record_timestamp_ms=-1,
-        detected_at_ms=detected_at_ms,
+        detected_at_ms,
     )
 
 
@@ -287,21 +303,17 @@ def deletion_incident(deletion: Deletion, detected_at_ms: int) -> Incident:
     (`kdiv.worker.retention.Deletion`); identified by the first offset not validated, so
     finding it again after a crash rewrites the same key (with the range the log start then
     gives)."""
-    return Incident(
-        topic=deletion.topic,
-        partition=deletion.partition,
-        producer=NO_PRODUCER,
-        segment=-1,
-        seq=deletion.first_offset,
-        verdict=DELETED_BEFORE_VALIDATION,
-        offset=deletion.first_offset,
-        severity="fatal" if deletion.in_push else "warning",
-        detail=f"offsets {deletion.first_offset}..{deletion.last_offset} ({deletion.size} offsets) were deleted from "
+    return partition_incident(
+        deletion.topic,
+        deletion.partition,
+        DELETED_BEFORE_VALIDATION,
+        deletion.first_offset,
+        "fatal" if deletion.in_push else "warning",
+        f"offsets {deletion.first_offset}..{deletion.last_offset} ({deletion.size} offsets) were deleted from "
         f"the log (retention or DeleteRecords) before kdiv validated them (found by {deletion.detected_by}: "
         f"{deletion.detail}); their records are never validated, and the next MISSING of each producer whose "
         f"records were among them says so",
-        record_timestamp_ms=-1,
-        detected_at_ms=detected_at_ms,
+        detected_at_ms,
     )
 
 
@@ -312,22 +324,18 @@ def eviction_incident(eviction: Eviction, detected_at_ms: int) -> Incident:
     """Producers a partition stopped tracking over the producer limit
     (`kdiv.div.validator.Eviction`): one incident per overflow episode, identified by the
     offset the episode began at and rewritten with its running count at each eviction."""
-    return Incident(
-        topic=eviction.topic,
-        partition=eviction.partition,
-        producer=NO_PRODUCER,
-        segment=-1,
-        seq=eviction.since_offset,
-        verdict=PRODUCERS_LIMIT,
-        offset=eviction.since_offset,
-        severity="warning",
-        detail=f"{eviction.episode_evicted} producers evicted since offset {eviction.since_offset}: the partition "
+    return partition_incident(
+        eviction.topic,
+        eviction.partition,
+        PRODUCERS_LIMIT,
+        eviction.since_offset,
+        "warning",
+        f"{eviction.episode_evicted} producers evicted since offset {eviction.since_offset}: the partition "
         f"tracked more than {eviction.limit} (KDIV_PRODUCERS_LIMIT), so the least recently seen were forgotten "
         f"(the latest evicted last seen at offset {eviction.newest_last_offset}). An evicted producer seen again "
         f"is judged as a new producer (Venice's rule for an unknown GUID): its records are not checked against "
         f"those before its eviction, and a first record past segment 0 inside a push is reported",
-        record_timestamp_ms=-1,
-        detected_at_ms=detected_at_ms,
+        detected_at_ms,
     )
 
 
