@@ -160,16 +160,29 @@ def worker_for(bootstrap: str, topic: str, tmp_path, **options) -> WorkerProcess
     return WorkerProcess("w", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path, **options)
 
 
+async def validated_first(bootstrap: str, topic: str, worker: WorkerProcess, producers: Producers, **write) -> int:
+    """Start the worker, write BEFORE and wait until it has validated them; the offset after them."""
+    worker.start()
+    await worker.wait_ready()
+    await producers.write(BEFORE, **write)
+    await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
+    return await end_offset(bootstrap, topic)
+
+
+async def incidents_after_start(bootstrap: str, topic: str, worker: WorkerProcess) -> list[Incident]:
+    """Start the worker; its incidents once it has validated the whole topic."""
+    worker.start()
+    await worker.wait_ready()
+    await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
+    return await incidents_now(bootstrap, worker.app_id)
+
+
 async def test_delete_records_while_the_worker_is_down_is_one_incident(bootstrap, topic_factory, tmp_path):
     topic = topic_factory(1)
     worker = worker_for(bootstrap, topic, tmp_path)
     try:
         async with Producers(bootstrap, topic) as producers:
-            worker.start()
-            await worker.wait_ready()
-            await producers.write(BEFORE)
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            first = await end_offset(bootstrap, topic)
+            first = await validated_first(bootstrap, topic, worker, producers)
             worker.terminate()
 
             await producers.write(DELETED)
@@ -177,10 +190,7 @@ async def test_delete_records_while_the_worker_is_down_is_one_incident(bootstrap
             await delete_records(bootstrap, topic, start)
             await producers.write(AFTER)
 
-            worker.start()
-            await worker.wait_ready()
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            incidents = await incidents_now(bootstrap, worker.app_id)
+            incidents = await incidents_after_start(bootstrap, topic, worker)
             assert shape(incidents) == expected(producers, first), incidents
             check_details(incidents, first, start - 1)
             assert "found by fetch" in next(i.detail for i in incidents if i.verdict == DELETED_BEFORE_VALIDATION)
@@ -196,11 +206,7 @@ async def test_a_worker_killed_as_it_writes_the_incident_does_not_double_it(boot
     worker = worker_for(bootstrap, topic, tmp_path)
     try:
         async with Producers(bootstrap, topic) as producers:
-            worker.start()
-            await worker.wait_ready()
-            await producers.write(BEFORE)
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            first = await end_offset(bootstrap, topic)
+            first = await validated_first(bootstrap, topic, worker, producers)
             worker.terminate()
             await producers.write(DELETED)
             start = await end_offset(bootstrap, topic)
@@ -232,11 +238,7 @@ async def test_delete_records_under_a_running_worker_that_lags_is_one_incident(b
     worker = worker_for(bootstrap, topic, tmp_path, session_timeout_s=15.0, heartbeat_interval_s=1.0)
     try:
         async with Producers(bootstrap, topic) as producers:
-            worker.start()
-            await worker.wait_ready()
-            await producers.write(BEFORE)
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            first = await end_offset(bootstrap, topic)
+            first = await validated_first(bootstrap, topic, worker, producers)
             assert worker.pid is not None
             os.kill(worker.pid, signal.SIGSTOP)
             try:
@@ -263,12 +265,8 @@ async def test_retention_deleting_records_the_worker_had_not_read_is_one_inciden
     worker = worker_for(bootstrap, topic, tmp_path)
     try:
         async with Producers(bootstrap, topic) as producers:
-            worker.start()
-            await worker.wait_ready()
             # No retention yet: the worker reads these before anything deletes them.
-            await producers.write(BEFORE, backdated=True)
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            first = await end_offset(bootstrap, topic)
+            first = await validated_first(bootstrap, topic, worker, producers, backdated=True)
             worker.terminate()
 
             await producers.write(DELETED, backdated=True)
@@ -278,10 +276,7 @@ async def test_retention_deleting_records_the_worker_had_not_read_is_one_inciden
             assert await wait_for_log_start(bootstrap, topic, start) == start
             await producers.write(AFTER)
 
-            worker.start()
-            await worker.wait_ready()
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            incidents = await incidents_now(bootstrap, worker.app_id)
+            incidents = await incidents_after_start(bootstrap, topic, worker)
             assert shape(incidents) == expected(producers, first), incidents
             check_details(incidents, first, start - 1)
     finally:
@@ -294,11 +289,7 @@ async def test_everything_deleted_up_to_the_end_is_found_without_a_record_after_
     worker = worker_for(bootstrap, topic, tmp_path)
     try:
         async with Producers(bootstrap, topic) as producers:
-            worker.start()
-            await worker.wait_ready()
-            await producers.write(BEFORE)
-            await wait_until_caught_up(bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
-            first = await end_offset(bootstrap, topic)
+            first = await validated_first(bootstrap, topic, worker, producers)
             worker.terminate()
 
             await producers.write(DELETED)
