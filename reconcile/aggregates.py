@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, Row, Window
 from pyspark.sql import functions as F
 
 from kdiv.clock import LAST_RENDERABLE_MS
+from kdiv.reconcile.compare import SEQUENCE_FIELDS
 from kdiv.reconcile.findings import CHECKSUM_FIELDS, ROUTE_FIELDS
 from kdiv.reconcile.summary import ClassCount
 
@@ -21,18 +22,6 @@ from kdiv.reconcile.summary import ClassCount
 FINDINGS_SHOWN_PER_CLASS = 50
 SEQUENCE_ROWS_SHOWN = 200
 TIME_BINS_MAX = 60
-
-# The per producer-partition sequence comparison, as the report keeps it (extra columns dropped).
-SEQUENCE_FIELDS = (
-    "topic",
-    "partition",
-    "producer",
-    "topic_segment",
-    "topic_seq",
-    "table_segment",
-    "table_seq",
-    "behind",
-)
 
 SECOND_MS = 1_000
 MINUTE_MS = 60 * SECOND_MS

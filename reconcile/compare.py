@@ -27,6 +27,18 @@ from kdiv.reconcile.findings import (
 )
 from kdiv.reconcile.state import KEY, PARTITION, PRODUCER
 
+# The per producer-partition sequence comparison's columns, as the report keeps them.
+SEQUENCE_FIELDS = (
+    "topic",
+    "partition",
+    "producer",
+    "topic_segment",
+    "topic_seq",
+    "table_segment",
+    "table_seq",
+    "behind",
+)
+
 
 def _finding(
     cls: Column | str, offset: Column, producer: Column, segment: Column, seq: Column, timestamp: Column, detail: Column
@@ -156,17 +168,7 @@ def compare_sequences(
         | (F.col("topic_segment") < F.col("table_segment"))
         | ((F.col("topic_segment") == F.col("table_segment")) & (F.col("topic_seq") < F.col("table_seq")))
     )
-    rows = rows.withColumn("behind", behind).select(
-        "topic",
-        "partition",
-        "producer",
-        "topic_segment",
-        "topic_seq",
-        "table_segment",
-        "table_seq",
-        "behind",
-        "table_offset",
-    )
+    rows = rows.withColumn("behind", behind).select(*SEQUENCE_FIELDS, "table_offset")
     findings = rows.where(F.col("behind") & ~F.col("topic").isin(compacted_topics)).withColumn(
         "key", F.lit(None).cast("binary")
     )
