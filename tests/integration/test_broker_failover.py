@@ -59,8 +59,15 @@ async def describe_partition(bootstrap: str, topic: str, partition: int) -> dict
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
     await admin.start()
     try:
-        (described,) = await admin.describe_topics([topic])
-        return next(p for p in described["partitions"] if p["partition"] == partition)
+        # Each node applies a new topic's metadata in its own time: ask until the one
+        # answering lists the partition.
+        async with asyncio.timeout(30):
+            while True:
+                (described,) = await admin.describe_topics([topic])
+                for listed in described["partitions"]:
+                    if listed["partition"] == partition:
+                        return listed
+                await asyncio.sleep(0.1)
     finally:
         await admin.close()
 

@@ -83,7 +83,14 @@ def test_three_nodes_form_one_cluster_and_a_replicated_topic_survives_its_leader
         admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
         await admin.start()
         try:
-            (described,) = await admin.describe_topics([topic])
+            # Each node applies the new topic's metadata in its own time: ask until the one
+            # answering has it.
+            async with asyncio.timeout(30):
+                while True:
+                    (described,) = await admin.describe_topics([topic])
+                    if described["partitions"]:
+                        break
+                    await asyncio.sleep(0.1)
             (partition,) = described["partitions"]
             assert sorted(partition["replicas"]) == [1, 2, 3]
             leader = partition["leader"]
