@@ -717,11 +717,11 @@ def stop_py_spy(spy: subprocess.Popen, log: Path) -> None:
 
 # Where a sample's time goes: the deepest frame (leaf first) whose file matches.
 CATEGORIES = [
-    ("kdiv validation core (app/div)", re.compile(r"/app/div/")),
-    ("kdiv pipeline audit: judge, routes, headers (app/trace)", re.compile(r"/app/trace/")),
-    ("kdiv pipeline audit: observations in and out (app/worker/audit.py)", re.compile(r"/app/worker/audit\.py")),
-    ("kdiv live state (app/worker/live.py)", re.compile(r"/app/worker/live\.py")),
-    ("kdiv worker glue (app/worker/service.py, faustcompat)", re.compile(r"/app/worker/(service\.py|faustcompat/)")),
+    ("kdiv validation core (kdiv/div)", re.compile(r"/kdiv/div/")),
+    ("kdiv pipeline audit: judge, routes, headers (kdiv/trace)", re.compile(r"/kdiv/trace/")),
+    ("kdiv pipeline audit: observations in and out (kdiv/worker/audit.py)", re.compile(r"/kdiv/worker/audit\.py")),
+    ("kdiv live state (kdiv/worker/live.py)", re.compile(r"/kdiv/worker/live\.py")),
+    ("kdiv worker glue (the rest of kdiv/worker)", re.compile(r"/kdiv/worker/")),
     ("RocksDB store (faust/stores, rocksdict)", re.compile(r"faust/stores/|rocksdict")),
     ("Faust tables (faust/tables)", re.compile(r"faust/tables/")),
     ("aiokafka producer (changelog sends)", re.compile(r"aiokafka/producer/")),

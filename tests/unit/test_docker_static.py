@@ -65,8 +65,8 @@ def _names_of_argument(parents: dict, argument: ast.AST) -> list[str]:
 def kdiv_variables_read_by_the_code() -> set[str]:
     """Every KDIV_* name app/ mentions: literal "KDIV_..." strings, and the names given to
     settings' `EnvReader` readers (``env.str("TOPICS", ...)`` reads KDIV_TOPICS)."""
-    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted((REPO / "app").rglob("*.py"))}
-    readers = _env_reader_methods(trees[REPO / "app" / "config" / "env.py"])
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted((REPO / "app" / "kdiv").rglob("*.py"))}
+    readers = _env_reader_methods(trees[REPO / "app" / "kdiv" / "config" / "env.py"])
     assert {"str", "int", "bool"} <= readers, "config.env.EnvReader readers not found: the scan is out of date"
     names: set[str] = set()
     for tree in trees.values():

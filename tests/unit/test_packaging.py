@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import zipfile
@@ -97,3 +98,27 @@ def test_a_service_with_its_own_app_package_uses_the_writer_beside_it(wheel, tmp
     assert Path(kdiv_file).is_relative_to(site)
     assert writer_module == "kdiv.writer"
     assert not (site / "app").exists() and not (site / "reconcile").exists()
+
+
+def test_the_wheel_carries_the_package_data(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert "kdiv/worker/dashboard.html" in names
+    assert "kdiv/maven/kafka-broker.xml" in names
+
+
+def test_kdiv_reconcile_submits_the_code_of_the_spark_application_in_reconcile_main(tmp_path):
+    # An installed kdiv has no reconcile/ folder, so `kdiv reconcile` writes the entry itself:
+    # it must stay the same program as the one users spark-submit from the source tree.
+    from kdiv.reconcile.submit import write_entry
+
+    def code_of(source: str) -> str:
+        tree = ast.parse(source)
+        body = tree.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        return ast.dump(ast.Module(body=body, type_ignores=[]))
+
+    written = write_entry(tmp_path)
+    assert code_of(written.read_text()) == code_of((REPO / "reconcile" / "main.py").read_text())
+    assert "main_guarded" in written.read_text()

@@ -1,4 +1,8 @@
-"""`kdiv reconcile`: runs reconcile/job.py through spark-submit with working defaults.
+"""`kdiv reconcile`: runs the reconciliation job through spark-submit with working defaults.
+
+spark-submit takes a Python application as a file. The entry it gets is the one in the source
+tree's reconcile/main.py, written into a scratch folder: an installed kdiv has no source tree,
+and a script inside the package would put a package folder first on sys.path.
 
 Local mode needs nothing shipped. Any other master gets the `kdiv` package as a zip (--py-files); the executors' Python must have kdiv's dependencies (the docker
 image does). Spark's kafka connector, when `kdiv fetch-jars` cached it, goes in spark.jars. Executors must run this interpreter, which has pyarrow and kdiv, so
@@ -36,36 +40,47 @@ def spark_submit_path() -> str:
 
 
 def package_zip(directory: Path) -> Path:
-    """The kdiv package as one zip for --py-files.
-
-    Walks the imported packages, not the source tree: kdiv.reconcile lives in its own folder."""
+    """The kdiv package as one zip for --py-files."""
     import kdiv
-    import kdiv.reconcile
 
+    assert kdiv.__file__ is not None, "kdiv is a regular package"
+    folder = Path(kdiv.__file__).resolve().parent
     target = directory / "kdiv-packages.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in (kdiv, kdiv.reconcile):
-            assert package.__file__ is not None, f"{package.__name__} is a regular package"
-            folder = Path(package.__file__).resolve().parent
-            prefix = Path(*package.__name__.split("."))
-            for path in sorted(folder.rglob("*.py")):
-                relative = path.relative_to(folder)
-                if package is kdiv and relative.parts[0] == "reconcile":
-                    continue
-                archive.write(path, prefix / relative)
+        for path in sorted(folder.rglob("*.py")):
+            archive.write(path, Path("kdiv") / path.relative_to(folder))
     return target
 
 
+ENTRY_SCRIPT = """import sys
+
+from kdiv.reconcile.job import main_guarded
+
+if __name__ == "__main__":
+    sys.exit(main_guarded())
+"""
+
+
+def write_entry(directory: Path) -> Path:
+    entry = directory / "kdiv_reconcile.py"
+    entry.write_text(ENTRY_SCRIPT)
+    return entry
+
+
 def submit_command(
-    master: str, job_args: list[str], *, spark_conf: dict[str, str] | None = None, py_files: Path | None = None
+    master: str,
+    entry: Path,
+    job_args: list[str],
+    *,
+    spark_conf: dict[str, str] | None = None,
+    py_files: Path | None = None,
 ) -> list[str]:
-    job = Path(__file__).resolve().parent / "job.py"
     command = [spark_submit_path(), "--master", master]
     for key, value in sorted((spark_conf or {}).items()):
         command += ["--conf", f"{key}={value}"]
     if py_files is not None:
         command += ["--py-files", str(py_files)]
-    return [*command, str(job), *job_args]
+    return [*command, str(entry), *job_args]
 
 
 def submit_environment(master: str, environ=os.environ) -> dict[str, str]:
@@ -87,7 +102,7 @@ def run(master: str, job_args: list[str], spark_conf: dict[str, str] | None = No
     spark_conf = with_jars(spark_conf or {}, spark_kafka_jars())
     with tempfile.TemporaryDirectory(prefix="kdiv-submit-") as scratch:
         py_files = None if master.startswith("local") else package_zip(Path(scratch))
-        command = submit_command(master, job_args, spark_conf=spark_conf, py_files=py_files)
+        command = submit_command(master, write_entry(Path(scratch)), job_args, spark_conf=spark_conf, py_files=py_files)
         completed = subprocess.run(command, env=submit_environment(master), check=False)
     # spark-submit itself failing (e.g. no Java) is a failure of the job.
     return completed.returncode if completed.returncode in (0, 1, 2) else 2

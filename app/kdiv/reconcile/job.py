@@ -1,4 +1,4 @@
-"""The nightly reconciliation: `spark-submit reconcile/job.py [options]`, or `kdiv reconcile`.
+"""The nightly reconciliation: `spark-submit reconcile/main.py [options]`, or `kdiv reconcile`.
 
 1. Snapshot: the changelogs' end offsets are taken first, then the watched topics': every
    record the tables mention then lies inside the topics' snapshot. The snapshot is saved
@@ -49,7 +49,7 @@ KAFKA_SOURCES = ("auto", "python", "spark")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="reconcile/job.py",
+        prog="reconcile/main.py",
         description="Reconcile kdiv's validator tables with the topics at rest, and restored state with the "
         "Schema Registry. Settings come from KDIV_* variables; options override them.",
     )
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _main_guarded() -> int:
+def main_guarded() -> int:
     # Python exits 1 on an uncaught exception, which would read as "discrepancies".
     try:
         return main()
@@ -508,7 +508,3 @@ def _main_guarded() -> int:
     except BaseException:  # noqa: BLE001 - anything unforeseen is a failure, status 2
         traceback.print_exc()
         return EXIT_FAILED
-
-
-if __name__ == "__main__":
-    sys.exit(_main_guarded())
