@@ -1,4 +1,4 @@
-"""README.md and docs/: the settings reference matches the code, and every relative link lands."""
+"""README.md, docker/README.md and docs/: the settings reference matches the code, and every relative link lands."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tests.settings_scan import kdiv_literal_defaults, kdiv_variables_read_by_th
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = REPO / "docs" / "settings.md"
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "docker" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 _ROW = re.compile(r"^\|\s*`(KDIV_[A-Z0-9_]+)`\s*\|([^|]*)\|")
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
