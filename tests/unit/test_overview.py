@@ -62,7 +62,15 @@ def test_a_fatal_incident_in_the_last_hour_is_red_where_it_happened_and_since_wh
     assert shown["state"] == "red"
     assert shown["faults"]["last_hour"] == {"fatal": 2, "warning": 1}
     assert shown["faults"]["first"] == "2026-11-23T23:40:00.000Z"
-    assert shown["reasons"] == ["orders: 2 fatal, 1 warning in the last hour"]
+    assert shown["reasons"] == [
+        {
+            "what": "orders: 2 fatal, 1 warning in the last hour on partitions 0, 1",
+            "topic": "orders",
+            "partition": None,
+            "since_ms": first,
+            "since": "2026-11-23T23:40:00.000Z",
+        }
+    ]
     cells = {c["partition"]: c for c in shown["grid"]["topics"][1]["partitions"]}
     assert shown["grid"]["topics"][1]["topic"] == "orders"
     assert (cells[0]["state"], cells[1]["state"]) == ("amber", "red")
@@ -80,13 +88,15 @@ def test_faults_older_than_an_hour_count_as_held_and_leave_the_state_amber():
     assert shown["faults"]["last_hour"] == {"fatal": 0, "warning": 0}
     assert shown["faults"]["held"] == {"fatal": 1, "warning": 0}
     assert shown["state"] == "amber"
-    assert shown["reasons"] == ["orders: 1 fatal held from before the last hour"]
+    assert [r["what"] for r in shown["reasons"]] == ["orders: 1 fatal held from before the last hour on partition 0"]
 
 
 def test_a_failed_push_is_red_without_any_incident_and_a_restoring_partition_is_recovering():
     shown = answer([], [part("orders", 0, push_failed=True), part("orders", 1, recovering=True, push_failed=None)])
     assert shown["state"] == "red"
-    assert shown["reasons"] == ["push failed on orders[0]"]
+    assert shown["reasons"] == [
+        {"what": "push failed on orders[0]", "topic": "orders", "partition": 0, "since_ms": None, "since": None}
+    ]
     assert [c["state"] for c in shown["grid"]["topics"][0]["partitions"]] == ["red", "recovering"]
     assert shown["topics"][0]["state"] == "red"
 
@@ -95,7 +105,10 @@ def test_the_process_and_the_last_reconciliation_make_a_quiet_group_amber():
     run = {"available": True, "run": "20261124T000000Z", "summary": {"status": "discrepancies", "counts": {"LOST": 21}}}
     shown = answer([], [part("orders", 0)], process="recovering", reconciliation=run, report_url="/r")
     assert shown["state"] == "amber"
-    assert shown["reasons"] == ["worker recovering", "last reconciliation discrepancies: 21 findings"]
+    assert [r["what"] for r in shown["reasons"]] == [
+        "worker recovering",
+        "last reconciliation discrepancies: 21 findings",
+    ]
     assert shown["reconciliation"] | {"counts": None} == {
         "available": True,
         "run": "20261124T000000Z",

@@ -237,31 +237,54 @@ def reconciliation_state(reconciliation: dict) -> str:
     return GREEN if status == "clean" else AMBER
 
 
+def reason(what: str, topic: str | None = None, partition: int | None = None, since_ms: int | None = None) -> dict:
+    """One thing wrong: what, where (topic, partition when it is one's) and since when."""
+    return {"what": what, "topic": topic, "partition": partition, "since_ms": since_ms, "since": iso(since_ms)}
+
+
 def _reasons(
     tally: _Tally, failed_pushes: list[tuple[str, int]], process: str, unavailable: list[str], reconciliation: dict
-) -> list[str]:
-    """What makes the state what it is, worst first, each naming where."""
-    reasons: list[str] = []
+) -> list[dict]:
+    """What makes the state what it is, worst first, each naming where and since when."""
+    reasons: list[dict] = []
     for topic, partition in failed_pushes:
-        reasons.append(f"push failed on {topic}[{partition}]")
+        faults = tally.by_partition.get((topic, partition))
+        reasons.append(
+            reason(f"push failed on {topic}[{partition}]", topic, partition, faults.first_ms if faults else None)
+        )
     for topic, faults in sorted(tally.by_topic.items(), key=lambda kv: (-_RANK[kv[1].state], kv[0])):
+        faulty = sorted(p for (t, p), f in tally.by_partition.items() if t == topic and f.state != GREEN)
+        where = f" on partition{'s' if len(faulty) > 1 else ''} {_some(faulty)}" if faulty else ""
         if faults.fatal_last_hour or faults.warning_last_hour:
-            reasons.append(
-                f"{topic}: {faults.fatal_last_hour} fatal, {faults.warning_last_hour} warning in the last hour"
+            what = (
+                f"{topic}: {faults.fatal_last_hour} fatal, {faults.warning_last_hour} warning in the last hour{where}"
             )
+            reasons.append(reason(what, topic, None, faults.first_ms))
         elif faults.fatal:
-            reasons.append(f"{topic}: {faults.fatal} fatal held from before the last hour")
+            reasons.append(
+                reason(
+                    f"{topic}: {faults.fatal} fatal held from before the last hour{where}", topic, None, faults.first_ms
+                )
+            )
     if process != "ready":
-        reasons.append(f"worker {process}")
+        reasons.append(reason(f"worker {process}"))
     if unavailable:
-        reasons.append(f"{len(unavailable)} worker(s) not answering: their partitions are missing")
+        reasons.append(reason(f"{len(unavailable)} worker(s) not answering: their partitions are missing"))
     if reconciliation_state(reconciliation) != GREEN:
         summary = _summary(reconciliation)
         findings = sum(_counts(summary).values())
-        reasons.append(f"last reconciliation {summary.get('status')}: {findings} findings")
+        finished = summary.get("finished_at_ms")
+        since = finished if renderable_ms(finished) else None
+        reasons.append(reason(f"last reconciliation {summary.get('status')}: {findings} findings", since_ms=since))
     if len(reasons) > MAX_REASONS:
-        reasons[MAX_REASONS:] = [f"and {len(reasons) - MAX_REASONS} more"]
+        reasons[MAX_REASONS:] = [reason(f"and {len(reasons) - MAX_REASONS} more")]
     return reasons
+
+
+def _some(partitions: list[int], shown: int = 6) -> str:
+    """Partition numbers, the first few of them."""
+    listed = ", ".join(map(str, partitions[:shown]))
+    return listed + (f" and {len(partitions) - shown} more" if len(partitions) > shown else "")
 
 
 def reconciliation_json(reconciliation: dict, report_url: str | None) -> dict:
