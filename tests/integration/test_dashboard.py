@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from playwright.async_api import async_playwright
 
+from kdiv.worker.overview import GroupsQuery, overview
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, wait_until_caught_up
 from tests.harness.browser import chromium, wait_until
 from tests.harness.http import http_json, wait_for_incidents_read
@@ -288,6 +291,127 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                 )
                 assert await page.evaluate("document.body.dataset.injected") is None
                 assert any("Content Security Policy" in error for error in errors), errors
+            finally:
+                await browser.close()
+    finally:
+        worker.terminate()
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An incident as the overview counts it."""
+
+    topic: str
+    partition: int
+    verdict: str
+    severity: str
+    detected_at_ms: int
+
+
+def large_group(now_ms: int) -> tuple[list[Seen], list[dict]]:
+    """10,000 incidents of 12 classes over 1,000 partitions of 4 topics, in the last 2 hours."""
+    classes = [f"CLASS_{n}" for n in range(12)]
+    partitions = [
+        {"topic": f"topic-{t}", "partition": p, "recovering": False, "push_failed": p == 7, "lag": p, "phase": "stream"}
+        for t in range(4)
+        for p in range(250)
+    ]
+    incidents = [
+        Seen(
+            f"topic-{i % 4}",
+            (i * 7) % 250,
+            classes[(i // 5) % 12],
+            "fatal" if i % 7 == 0 else "warning",
+            now_ms - i * 700,
+        )
+        for i in range(10_000)
+    ]
+    return incidents, partitions
+
+
+async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_stays_one_screen_wide_and_short(
+    bootstrap, topic_factory, tmp_path
+):
+    """The page over the overview of a large group: the worker serves the page and its own views;
+    the overview and partition list it reads are those of 10,000 incidents on 1,000 partitions,
+    made by the same aggregation the worker runs (a test broker cannot hold such a group here)."""
+    topic = topic_factory(1)
+    worker = WorkerProcess(
+        "ui-large",
+        bootstrap=bootstrap,
+        topics=[topic],
+        app_id=f"ui-{uuid.uuid4().hex[:8]}",
+        workdir=tmp_path,
+        web_port=free_port(),
+    )
+    now_ms = int(datetime.now().timestamp() * 1000)
+    incidents, partitions = large_group(now_ms)
+
+    async def answer_overview(route) -> None:
+        query = parse_qs(urlsplit(route.request.url).query)
+        groups = GroupsQuery(
+            offset=int(query.get("groups_offset", ["0"])[0]), limit=int(query.get("groups_limit", ["50"])[0])
+        )
+        body = overview(
+            incidents,
+            partitions,
+            now_ms,
+            process="ready",
+            unavailable_workers=[],
+            reconciliation={"available": False, "message": "no run"},
+            report_url=None,
+            groups=groups,
+        )
+        await route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    async def answer_partitions(route) -> None:
+        await route.fulfill(status=200, content_type="application/json", body=json.dumps({"items": partitions}))
+
+    try:
+        worker.start()
+        await worker.wait_ready()
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+            try:
+                page = await browser.new_page(viewport={"width": 1400, "height": 900})
+                errors: list[str] = []
+                page.on("pageerror", lambda error: errors.append(str(error)))
+                await page.route("**/overview/?*", answer_overview)
+                await page.route("**/partitions/", answer_partitions)
+                await page.goto(f"{worker.url}/ui/")
+                await wait_until(page, "document.body.dataset.loaded")
+                await page.screenshot(path=str(tmp_path / "overview-large-1400.png"))
+
+                assert await page.locator("#grid .cell").count() == 1000
+                assert await page.locator("#health-line").get_attribute("data-fatal") == str(
+                    sum(i.severity == "fatal" and i.detected_at_ms >= now_ms - 3_600_000 for i in incidents)
+                )
+                assert await page.locator("#summary").get_attribute("data-state") == "red"
+                # The grid and the lists scroll in their boxes: the page is a few screens, not 100s.
+                grid = await page.locator("#grid").bounding_box()
+                assert grid is not None and grid["height"] < 300, grid
+                assert await page.locator("#groups tbody tr").count() == 50
+                assert await page.locator("#attention tbody tr").count() == 8
+                pushes_first = await page.locator("#attention tbody tr").evaluate_all(
+                    "rows => rows.slice(0, 4).map(r => r.cells[2].textContent)"
+                )
+                assert pushes_first == [" push failed"] * 4
+                assert "more partitions not green" in await page.locator("#attention-more").inner_text()
+                assert await page.evaluate("document.documentElement.scrollHeight") < 4 * 900
+                assert await page.evaluate(
+                    "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+                )
+                # The next page of groups is the next 50.
+                first = await page.locator("#groups tbody tr").first.get_attribute("data-key")
+                await page.locator("#groups-next").click()
+                await wait_until(
+                    page, f"document.querySelector('#groups tbody tr').dataset.key !== {json.dumps(first)}"
+                )
+                assert (
+                    await page.locator("#groups-page").inner_text()
+                    == f"51–100 of {len({(i.topic, i.partition, i.verdict) for i in incidents})}"
+                )
+                assert errors == []
             finally:
                 await browser.close()
     finally:
