@@ -13,6 +13,7 @@ import aiohttp
 from playwright.async_api import async_playwright
 
 from kdiv.worker.overview import GroupsQuery, overview
+from kdiv.worker.overview_views import report_url
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, wait_until_caught_up
 from tests.harness.browser import chromium, wait_until
 from tests.harness.http import http_json, wait_for_incidents_read
@@ -109,7 +110,11 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                     "/reconcile/%2E%2E/report.html",
                 )
             }
-            bad_page = (await http_json(session, "GET", f"{worker.url}/overview/?groups_limit=0"))[0]
+            refused = {
+                query: (await http_json(session, "GET", f"{worker.url}/overview/?{query}"))[0]
+                for query in ("groups_limit=0", "groups_limit=501", "groups_partition=x", "groups_offset=-1", "topic=a")
+            }
+            _, own_partitions = await http_json(session, "GET", f"{worker.url}/overview/?scope=local")
         assert isinstance(incidents, dict) and isinstance(partitions, dict) and isinstance(producers, dict)
         verdicts = sorted(i["verdict"] for i in incidents["items"])
         assert "MISSING" in verdicts and len(set(verdicts)) >= 2
@@ -120,7 +125,12 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
         assert "script-src" not in policy and policy.startswith("default-src 'none'"), policy
         assert {path: answer[0] for path, answer in report_answers.items()} == dict.fromkeys(report_answers, 404)
         assert not any("outside" in answer[2] for answer in report_answers.values())
-        assert bad_page == 400
+        assert refused == dict.fromkeys(refused, 400)
+        # What workers ask each other for: their partitions, as /partitions/?scope=local.
+        assert isinstance(own_partitions, dict) and list(own_partitions) == ["items"]
+        assert [(p["topic"], p["partition"], p["records"]) for p in own_partitions["items"]] == [
+            (p["topic"], p["partition"], p["records"]) for p in partitions["items"]
+        ]
 
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
@@ -297,6 +307,9 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
         worker.terminate()
 
 
+TOKEN = "kdiv-dashboard-token-" + uuid.uuid4().hex
+
+
 @dataclass(frozen=True)
 class Seen:
     """An incident as the overview counts it."""
@@ -336,6 +349,10 @@ async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_s
     the overview and partition list it reads are those of 10,000 incidents on 1,000 partitions,
     made by the same aggregation the worker runs (a test broker cannot hold such a group here)."""
     topic = topic_factory(1)
+    reports = tmp_path / "reports"
+    (reports / "20261124T000000Z").mkdir(parents=True)
+    (reports / "20261124T000000Z" / "report.html").write_text("<!doctype html><p id=run>the run</p>")
+    run = {"available": True, "run": "20261124T000000Z", "summary": {"status": "discrepancies", "counts": {"LOST": 21}}}
     worker = WorkerProcess(
         "ui-large",
         bootstrap=bootstrap,
@@ -343,6 +360,7 @@ async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_s
         app_id=f"ui-{uuid.uuid4().hex[:8]}",
         workdir=tmp_path,
         web_port=free_port(),
+        env={"KDIV_RECONCILE_REPORTS": str(reports), "KDIV_WEB_TOKEN": TOKEN},
     )
     now_ms = int(datetime.now().timestamp() * 1000)
     incidents, partitions = large_group(now_ms)
@@ -358,8 +376,8 @@ async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_s
             now_ms,
             process="ready",
             unavailable_workers=[],
-            reconciliation={"available": False, "message": "no run"},
-            report_url=None,
+            reconciliation=run,
+            report_url=report_url(reports, "20261124T000000Z"),
             groups=groups,
         )
         await route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
@@ -379,6 +397,8 @@ async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_s
                 await page.route("**/overview/?*", answer_overview)
                 await page.route("**/partitions/", answer_partitions)
                 await page.goto(f"{worker.url}/ui/")
+                await page.fill("#token", TOKEN)
+                await page.dispatch_event("#token", "change")
                 await wait_until(page, "document.body.dataset.loaded")
                 await page.screenshot(path=str(tmp_path / "overview-large-1400.png"))
 
@@ -411,6 +431,13 @@ async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_s
                     await page.locator("#groups-page").inner_text()
                     == f"51–100 of {len({(i.topic, i.partition, i.verdict) for i in incidents})}"
                 )
+                # The report opens with the token (a plain link would be answered 401).
+                async with page.expect_popup() as opening:
+                    await page.locator("#reconcile-report").click()
+                report = await opening.value
+                await report.wait_for_url(lambda url: url.startswith("blob:"))
+                await report.wait_for_load_state()
+                assert await report.locator("#run").inner_text() == "the run"
                 assert errors == []
             finally:
                 await browser.close()
