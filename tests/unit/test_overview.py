@@ -174,3 +174,18 @@ def test_a_report_is_found_only_inside_the_reports_directory(tmp_path: Path):
     for run in ("..", "../secret", "linked", ".hidden", "missing", "a/b", "", "%2e%2e"):
         assert report_path(reports, run) is None, run
     assert report_path(None, "20261124T000000Z") is None
+
+
+def test_reasons_stop_at_a_few_and_say_how_many_more():
+    partitions = [part(f"topic-{n:02}", 0, push_failed=True) for n in range(12)]
+    reasons = [r["what"] for r in answer([], partitions)["reasons"]]
+    assert reasons[:2] == ["push failed on topic-00[0]", "push failed on topic-01[0]"]
+    assert len(reasons) == 9 and reasons[-1] == "and 4 more"
+
+
+def test_a_summary_read_from_disk_in_another_shape_is_shown_without_its_odd_parts():
+    for summary in ([1, 2], "clean", None, {"status": "failed", "counts": {"LOST": "3", "DIVERGED": True, "GAP": 2}}):
+        run = {"available": True, "run": "r", "summary": summary}
+        shown = answer([], [part("t", 0)], reconciliation=run)["reconciliation"]
+        assert shown["state"] == "amber" and shown["findings"] == (2 if isinstance(summary, dict) else 0)
+    assert answer([], [], reconciliation=run)["reconciliation"]["counts"] == {"GAP": 2}
