@@ -253,6 +253,7 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                 await wait_until(page, "document.querySelector('#reconcile').textContent.includes('UTC+05:30')")
                 assert "finished 2026-11-24 05:30:00 UTC+05:30" in await page.locator("#reconcile").inner_text()
                 assert "(UTC+05:30)" in await page.locator("#incidents th").first.inner_text()
+                await page.screenshot(path=str(tmp_path / "overview-local-1400.png"), full_page=True)
                 await page.select_option("#zone", "utc")
                 await wait_until(page, "document.querySelector('#reconcile').textContent.includes(' UTC ')")
 
