@@ -73,6 +73,7 @@ def register_overview(app, views: Views) -> None:
     """Serve the overview and the reconciliation reports (after register_views' middlewares:
     the same host check, token and parameter checks apply)."""
     worker = views.worker
+    # The parameter check (register_views' middleware) looks each route up in this table.
     QUERY_PARAMETERS[OVERVIEW] = frozenset(
         {"groups_topic", "groups_partition", "groups_offset", "groups_limit", "scope"}
     )
