@@ -254,6 +254,14 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                 assert "finished 2026-11-24 05:30:00 UTC+05:30" in await page.locator("#reconcile").inner_text()
                 assert "(UTC+05:30)" in await page.locator("#incidents th").first.inner_text()
                 await page.screenshot(path=str(tmp_path / "overview-local-1400.png"), full_page=True)
+                # The since filter is read in the zone shown: 05:30 in Kolkata is midnight UTC.
+                assert await page.locator("#filters label:has(input[name=since]) span").first.inner_text() == (
+                    "since (UTC+05:30)"
+                )
+                async with page.expect_request(lambda r: "since=" in r.url and "/incidents/" in r.url) as asked:
+                    await page.fill("#filters input[name=since]", "2026-11-24T05:30:00")
+                assert parse_qs(urlsplit((await asked.value).url).query)["since"] == ["2026-11-24T00:00:00.000Z"]
+                await page.fill("#filters input[name=since]", "")
                 await page.select_option("#zone", "utc")
                 await wait_until(page, "document.querySelector('#reconcile').textContent.includes(' UTC ')")
 
