@@ -189,3 +189,10 @@ def test_a_summary_read_from_disk_in_another_shape_is_shown_without_its_odd_part
         shown = answer([], [part("t", 0)], reconciliation=run)["reconciliation"]
         assert shown["state"] == "amber" and shown["findings"] == (2 if isinstance(summary, dict) else 0)
     assert answer([], [], reconciliation=run)["reconciliation"]["counts"] == {"GAP": 2}
+
+
+def test_a_partition_item_without_its_keys_is_left_out_of_the_grid():
+    shown = answer([], [part("t", 0), {"topic": "t"}, {"partition": 1}, ["t", 2], {"topic": "t", "partition": "3"}])
+    assert shown["grid"]["total"] == 1 and shown["grid"]["topics"] == [
+        {"topic": "t", "partitions": [shown["grid"]["topics"][0]["partitions"][0]]}
+    ]

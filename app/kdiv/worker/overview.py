@@ -98,6 +98,8 @@ class Faults:
 
 @dataclass(slots=True)
 class _Tally:
+    """The incidents counted once, for the whole group, each topic, partition and group."""
+
     total: Faults = field(default_factory=Faults)
     by_topic: dict[str, Faults] = field(default_factory=dict)
     by_partition: dict[tuple[str, int], Faults] = field(default_factory=dict)
@@ -332,6 +334,12 @@ def overview(
     """The overview's answer: state and reasons, counts by topic, the partition grid, a page
     of incident groups, the chart's buckets and the last reconciliation."""
     hour_ago = now_ms - HOUR_MS
+    # Other workers' items: only those with the fields the grid is keyed by.
+    partitions = [
+        p
+        for p in partitions
+        if isinstance(p, dict) and isinstance(p.get("topic"), str) and isinstance(p.get("partition"), int)
+    ]
     tally = _tally(incidents, hour_ago)
     for item in partitions:  # a watched topic without incidents is listed too, as green
         tally.by_topic.setdefault(item["topic"], Faults())
