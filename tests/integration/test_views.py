@@ -89,6 +89,14 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
             assert {(i["topic"], i["partition"], i["offset"], i["verdict"]) for i in page["items"]} == {
                 (i[-1].topic, i[-1].partition, i[-1].offset, i[-1].verdict) for i in live.values()
             }
+        # The overview, from either worker: the group's partitions in its grid (each worker's
+        # asked), every incident counted.
+        for w in workers:
+            status, shown = await http_json(session, "GET", f"{w.url}/overview/")
+            assert status == 200 and shown["unavailable_workers"] == []
+            cells = [(t["topic"], c["partition"]) for t in shown["grid"]["topics"] for c in t["partitions"]]
+            assert [cell for cell in cells if cell[0] == topic] == [(topic, p) for p in range(PARTITIONS)]
+            assert shown["faults"]["held"]["fatal"] + shown["faults"]["held"]["warning"] == len(live)
         status, first = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=2")
         assert len(first["items"]) == 2 and first["next_offset"] == 2
         status, second = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=2&offset=2")

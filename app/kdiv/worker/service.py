@@ -80,6 +80,7 @@ from kdiv.worker.incidents import (
     trace_incident,
 )
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.overview_views import register_overview
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
@@ -1207,7 +1208,7 @@ def build_app(
     async def on_assigned(sender, assigned, **kwargs) -> None:
         worker.on_assigned(assigned)
 
-    register_views(app, worker)
+    register_overview(app, register_views(app, worker))
 
     @app.task
     async def follow_incidents():
