@@ -1,5 +1,5 @@
 """The nightly job on a Spark standalone cluster (a master and two workers, each its own JVM),
-submitted by the README's cluster command: the application registers with the master, its
+submitted by the cluster command of docs/reconcile.md: the application registers with the master, its
 tasks run on executors the two workers started, and its findings are those of a local-mode
 run of the same job on the same snapshot."""
 
@@ -28,12 +28,12 @@ from tests.integration.test_reconcile_job import without_timing
 pytestmark = pytest.mark.broker
 
 ROWS = 240
-# The README's line, placeholders and all: the test runs that line with them filled in.
+# docs/reconcile.md's line, placeholders and all: the test runs that line with them filled in.
 README_LINE = re.compile(r"^kdiv reconcile --master spark://HOST:7077 .*$", re.MULTILINE)
 
 
 def readme_cluster_command(master: str, out: Path, textfile: Path) -> list[str]:
-    (line,) = README_LINE.findall((REPO / "README.md").read_text())
+    (line,) = README_LINE.findall((REPO / "docs" / "reconcile.md").read_text())
     words = shlex.split(line)
     assert words[:4] == ["kdiv", "reconcile", "--master", "spark://HOST:7077"], line
     filled = {"kdiv": str(Path(sys.executable).with_name("kdiv")), "spark://HOST:7077": master}

@@ -1,6 +1,6 @@
 """TLS and SASL against a real Apache Kafka: every kdiv component on a SASL_SSL listener
-(SCRAM-SHA-512) and on a mutual-TLS listener, configured only by the README's KDIV_*
-settings; and each one refused in one line when its credentials are wrong.
+(SCRAM-SHA-512) and on a mutual-TLS listener, configured only by the KDIV_* security settings
+(docs/operations.md); and each one refused in one line when its credentials are wrong.
 
 One cluster for the module: PLAINTEXT (which the tests' own checks read), SASL_SSL and
 SSL with `ssl.client.auth=required`, certificates from a throwaway CA. The component under

@@ -1,87 +1,23 @@
 """docker/: the compose file and the Dockerfile, checked without a Docker engine.
 
-The KDIV_* names compose may set are taken from the code (every name app/ reads), so a
+The KDIV_* names compose may set are taken from the code (every name app/ reads: tests/settings_scan.py), so a
 renamed or misspelt setting in compose.yaml fails here instead of being ignored at run time.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.settings_scan import kdiv_variables_read_by_the_code
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"
-
-_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-_KDIV_NAME = re.compile(r"KDIV_[A-Z0-9_]*[A-Z0-9]")
-
-
-def _env_reader_methods(tree: ast.Module) -> set[str]:
-    """Methods of settings' `EnvReader` (each takes a variable name without the KDIV_ prefix)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "EnvReader":
-            return {f.name for f in node.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")}
-    return set()
-
-
-def _loop_values(parents: dict, node: ast.AST, variable: str) -> list[str]:
-    """String constants an enclosing `for variable in (...)` (statement or comprehension) binds."""
-    while node in parents:
-        node = parents[node]
-        generators = (
-            node.generators if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) else []
-        )
-        loops = [(g.target, g.iter) for g in generators]
-        if isinstance(node, ast.For):
-            loops.append((node.target, node.iter))
-        for target, iterable in loops:
-            if isinstance(target, ast.Name) and target.id == variable and isinstance(iterable, (ast.Tuple, ast.List)):
-                return [e.value for e in iterable.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return []
-
-
-def _names_of_argument(parents: dict, argument: ast.AST) -> list[str]:
-    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
-        return [argument.value]
-    if isinstance(argument, ast.JoinedStr):
-        # f"SCHEMA_REGISTRY_{name}" inside `for name in ("CA", ...)`
-        parts = argument.values
-        if (
-            len(parts) == 2
-            and isinstance(parts[0], ast.Constant)
-            and isinstance(parts[1], ast.FormattedValue)
-            and isinstance(parts[1].value, ast.Name)
-        ):
-            return [str(parts[0].value) + v for v in _loop_values(parents, argument, parts[1].value.id)]
-    return []
-
-
-def kdiv_variables_read_by_the_code() -> set[str]:
-    """Every KDIV_* name app/ mentions: literal "KDIV_..." strings, and the names given to
-    settings' `EnvReader` readers (``env.str("TOPICS", ...)`` reads KDIV_TOPICS)."""
-    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted((REPO / "app" / "kdiv").rglob("*.py"))}
-    readers = _env_reader_methods(trees[REPO / "app" / "kdiv" / "config" / "env.py"])
-    assert {"str", "int", "bool"} <= readers, "config.env.EnvReader readers not found: the scan is out of date"
-    names: set[str] = set()
-    for tree in trees.values():
-        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names.update(_KDIV_NAME.findall(node.value))
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in readers
-                and node.args
-            ):
-                names.update("KDIV_" + n for n in _names_of_argument(parents, node.args[0]) if _NAME.fullmatch(n))
-    return names
 
 
 @pytest.fixture(scope="module")
