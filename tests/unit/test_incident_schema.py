@@ -282,3 +282,11 @@ def test_incident_for_an_ok_record_is_none():
     log = Log("orders")
     record = log.data(0, 0)
     assert incident_for(DataIntegrityValidator().validate(record, NOW), DETECTED) is None
+
+
+def test_a_record_kafka_gives_no_timestamp_has_a_null_record_time():
+    log = Log("orders")
+    log.add(b"bad", b"v", ((HEADER_NAME, b"\x01\x02"),), timestamp=-1)
+    (malformed,) = incidents_for(DataIntegrityValidator().validate(log.records[0], NOW), DETECTED)
+    assert malformed.record_timestamp_ms is None
+    assert_valid(malformed.to_json())

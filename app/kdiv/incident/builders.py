@@ -17,12 +17,19 @@ if TYPE_CHECKING:  # `kdiv check` without --ticdc loads no Avro library
     from kdiv.changefeed.verify import RowVerdict
 
 NOT_FAULTS = frozenset({Verdict.OK, Verdict.UNTRACKED})
+# What Kafka gives as the timestamp of a record that has none (message format v0).
+KAFKA_NO_TIMESTAMP = -1
 # A corrupt row reached the changefeed's consumers; a message kdiv cannot read is a warning.
 _CHECKSUM_SEVERITY = {"CHECKSUM_MISMATCH": "fatal", "CORRUPTED_FLAG": "fatal"}
 
 
 def severity_of(fatal: bool) -> str:
     return "fatal" if fatal else "warning"
+
+
+def record_time(timestamp_ms: int) -> int | None:
+    """A record's timestamp as an incident's record time: None when Kafka says it has none."""
+    return None if timestamp_ms == KAFKA_NO_TIMESTAMP else timestamp_ms
 
 
 def incident_for(result: ValidationResult, detected_at_ms: int) -> Incident | None:
@@ -51,7 +58,7 @@ def verdict_incident(result: ValidationResult, detected_at_ms: int) -> Incident:
         offset=record.offset,
         severity=severity_of(result.fatal),
         detail=result.detail,
-        record_timestamp_ms=record.timestamp,
+        record_timestamp_ms=record_time(record.timestamp),
         detected_at_ms=detected_at_ms,
     )
 
@@ -73,7 +80,7 @@ def checksum_incident(row: RowVerdict, detected_at_ms: int) -> Incident:
         offset=row.offset,
         severity=_CHECKSUM_SEVERITY.get(verdict, "warning"),
         detail=fault_detail(result),
-        record_timestamp_ms=row.timestamp_ms,
+        record_timestamp_ms=record_time(row.timestamp_ms),
         detected_at_ms=detected_at_ms,
         table=result.table,
         row_key=tuple(key_columns(result).items()) or None,
@@ -99,7 +106,8 @@ def schema_incident(
     resolved_at_ms: int | None = None,
 ) -> Incident:
     """A record (or state value) whose schema id is unknown or under the wrong subject;
-    `record_timestamp_ms` None for state found in a changelog, whose record time kdiv does not keep."""
+    `record_timestamp_ms` None (or Kafka's -1) for state found in a changelog, whose record time
+    kdiv does not keep."""
     return Incident(
         topic=topic,
         partition=partition,
@@ -110,7 +118,7 @@ def schema_incident(
         offset=offset,
         severity="warning",
         detail=detail,
-        record_timestamp_ms=None if record_timestamp_ms == -1 else record_timestamp_ms,
+        record_timestamp_ms=None if record_timestamp_ms is None else record_time(record_timestamp_ms),
         detected_at_ms=detected_at_ms,
         schema_id=schema_id,
         message_field=message_field,

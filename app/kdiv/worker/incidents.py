@@ -21,6 +21,7 @@ from kdiv.incident.builders import (
     checksum_incident,
     incident_for,
     partition_incident,
+    record_time,
     schema_incident,
     severity_of,
     trace_incident,
@@ -146,7 +147,7 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
         offset=gap.found_offset,
         severity=severity_of(gap.fatal),
         detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
-        record_timestamp_ms=record.timestamp,
+        record_timestamp_ms=record_time(record.timestamp),
         detected_at_ms=detected_at_ms,
         resolved_at_ms=detected_at_ms if gap.resolved else None,
     )
