@@ -268,7 +268,8 @@ def check(
             click.echo(f"kdiv check: {bad}", err=True)
             bad_lines += 1
             continue
-        result = validator.validate(record, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
+        checked_at = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        result = validator.validate(record, checked_at)
         if max_age_ms is not None:
             validator.checkpoint(record.topic, record.partition)
         verdicts[result.verdict] += 1
@@ -277,7 +278,7 @@ def check(
             if protocol is not None:
                 ticdc_like[protocol] += 1
         fatal += result.fatal
-        out.write(result_to_line(result) + "\n")
+        out.write(result_to_line(result, checked_at) + "\n")
     out.flush()
     faults = sum(n for v, n in verdicts.items() if v.is_fault)
     counts = ", ".join(f"{v.value} {verdicts[v]}" for v in Verdict if verdicts[v])
@@ -397,9 +398,10 @@ def validate(topic: str, bootstrap: str, from_end: bool, phase: str, semantics: 
 
     async def run() -> None:
         async for record in follow(bootstrap, topic, from_beginning=not from_end, security=security):
-            result = validator.validate(record, time.time_ns() // 1_000_000)
+            checked_at = time.time_ns() // 1_000_000
+            result = validator.validate(record, checked_at)
             if result.verdict.is_fault:
-                click.echo(result_to_line(result))
+                click.echo(result_to_line(result, checked_at))
 
     try:
         with kafka_errors_as_messages(bootstrap):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,6 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+# kdiv.worker.incident_log's lines: an incident ("CLASS (severity) at topic[p]@offset producer
+# ..."), or the end of a producer's run of them ("N CLASS incidents at topic[p] offsets a..b").
+INCIDENT_LINE = re.compile(
+    r"\b[A-Z_]+ \((fatal|warning)\) at \S+\[\d+\]@\d+ producer |\b\d+ [A-Z_]+ incidents at \S+\[\d+\] offsets "
+)
 
 
 FAUST = str(Path(sys.executable).with_name("faust"))
@@ -201,9 +208,14 @@ class WorkerProcess:
         return time.monotonic() - self.started_at
 
     def problems(self) -> list[str]:
-        """Log lines that show the worker misbehaving (tracebacks, errors, crashes)."""
+        """Log lines that show the worker misbehaving (tracebacks, errors, crashes); a fatal
+        incident's line is at ERROR too, and is the worker doing its job."""
         return [
             line
             for line in self.log_text().splitlines()
-            if "Traceback" in line or "[ERROR]" in line or "[CRITICAL]" in line
+            if ("Traceback" in line or "[ERROR]" in line or "[CRITICAL]" in line) and not INCIDENT_LINE.search(line)
         ]
+
+    def incident_lines(self) -> list[str]:
+        """The lines kdiv.worker.incident_log wrote: one per incident, or per run of them."""
+        return [line for line in self.log_text().splitlines() if INCIDENT_LINE.search(line)]

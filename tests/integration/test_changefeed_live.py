@@ -4,6 +4,7 @@ same set again (same keys), nothing more."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import aiohttp
@@ -98,5 +99,13 @@ async def test_live_worker_reports_exactly_the_planted_corrupt_rows(bootstrap, r
             assert await page.page.locator("#routes-section").is_hidden()
             assert page.errors == []
         assert worker.problems() == []
+        # Each corrupt row is logged, at ERROR (fatal), naming where it is.
+        lines = worker.incident_lines()
+        logged = {
+            (int(m[2]), int(m[3]), m[1])
+            for m in (re.search(rf"(\w+) \(fatal\) at {re.escape(topic)}\[(\d+)\]@(\d+) ", line) for line in lines)
+            if m
+        }
+        assert planted <= logged and all("[ERROR]" in line for line in lines), lines
     finally:
         worker.terminate()

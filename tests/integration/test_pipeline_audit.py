@@ -182,5 +182,7 @@ async def test_a_worker_killed_mid_run_names_the_same_records_no_more(bootstrap,
     # Replayed observations are not judged twice: no false loss, no duplicate, none missed.
     assert await trace_incidents(bootstrap, worker.app_id, "LOST") == ledger.lost
     assert await trace_incidents(bootstrap, worker.app_id, "DUPLICATED") == ledger.duplicated
-    # Fatal incidents are logged at ERROR; anything else there is the worker misbehaving.
-    assert [line for line in worker.problems() if "] LOST on route " not in line] == []
+    # Fatal incidents are logged at ERROR, one line each; nothing else there (the worker misbehaving).
+    lost_lines = [line for line in worker.incident_lines() if " LOST (fatal) at " in line]
+    assert lost_lines and all("[ERROR]" in line and " route " in line for line in lost_lines), lost_lines
+    assert worker.problems() == []

@@ -125,16 +125,16 @@ async def incidents_now(bootstrap: str, app_id: str) -> list[Incident]:
     return [versions[-1] for versions in (await read_incidents(bootstrap, app_id)).values()]
 
 
-def shape(incidents: Iterable[Incident]) -> set[tuple[str, str, int, bool]]:
+def shape(incidents: Iterable[Incident]) -> set[tuple[str, str | None, int, bool]]:
     """(class, producer, seq or first offset, says deleted before validation) of each incident."""
-    return {(i.verdict, i.producer, i.seq, NOTE in i.detail) for i in incidents}
+    return {(i.verdict, i.producer, i.offset if i.seq is None else i.seq, NOTE in i.detail) for i in incidents}
 
 
-def expected(producers: Producers, first: int) -> set[tuple[str, str, int, bool]]:
+def expected(producers: Producers, first: int) -> set[tuple[str, str | None, int, bool]]:
     """The deletion from `first`, and A's and B's MISSING from their seq 6 on (seq 1..5 were
     validated, 6.. deleted), both saying so."""
     return {
-        (DELETED_BEFORE_VALIDATION, "-", first, False),
+        (DELETED_BEFORE_VALIDATION, None, first, False),
         ("MISSING", producers.guid("A"), 6, True),
         ("MISSING", producers.guid("B"), 6, True),
     }
@@ -301,7 +301,7 @@ async def test_everything_deleted_up_to_the_end_is_found_without_a_record_after_
             while not (incidents := await incidents_now(bootstrap, worker.app_id)):
                 assert time.monotonic() < deadline and worker.alive, worker.log_tail()
                 await asyncio.sleep(0.5)
-            assert shape(incidents) == {(DELETED_BEFORE_VALIDATION, "-", first, False)}, incidents
+            assert shape(incidents) == {(DELETED_BEFORE_VALIDATION, None, first, False)}, incidents
             assert "found by log start poll" in incidents[0].detail, incidents
 
             # The producers go on: the worker that found the deletion knows who was behind it.

@@ -9,10 +9,12 @@ from collections import Counter
 from types import SimpleNamespace
 
 import aiohttp
+import jsonschema
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from kdiv.incident.schema import incident_schema
 from kdiv.worker.views import Views
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, read_incidents, wait_until_caught_up
 from tests.harness.http import http_json, wait_for_incidents_read, wait_for_split
@@ -106,6 +108,9 @@ async def test_any_worker_answers_for_all_partitions_producers_and_incidents(boo
         # Filters: by partition, class, producer, severity and time (ms or ISO 8601).
         status, everything = await http_json(session, "GET", f"{workers[0].url}/incidents/?limit=1000")
         all_items = everything["items"]
+        # Every item in the one incident shape (kdiv/incident/schema.json).
+        shape = jsonschema.Draft202012Validator(incident_schema())
+        assert [list(shape.iter_errors(i)) for i in all_items] == [[] for _ in all_items]
 
         # Each producer's incident counts and times are those of its incidents, from any worker.
         status, listed = await http_json(session, "GET", f"{workers[1].url}/producers/?topic={topic}")

@@ -79,7 +79,7 @@ def test_check_reports_exactly_the_injected_faults(faulty_file):
         ("CORRUPT", b, 7),  # the altered record
         ("CORRUPT", b, 11),  # its segment's END_OF_SEGMENT: ADHASH misses seq 3 and 7
     ]
-    assert not any(o["fatal"] for o in out)
+    assert not any(o["severity"] == "fatal" for o in out)
     assert "3 faults" not in err and "4 faults, 0 fatal" in err and "DUPLICATE 1" in err
 
 
@@ -87,10 +87,10 @@ def test_check_inside_a_push_marks_faults_fatal(faulty_file):
     path, _, _ = faulty_file
     code, out, _ = run_check(path, "--phase", "push")
     assert code == 1
-    fatal = [(o["verdict"], o["seq"]) for o in out if o["fatal"]]
+    fatal = [(o["verdict"], o["seq"]) for o in out if o["severity"] == "fatal"]
     # Inside a push state does not move past the gap: every later record of B is MISSING.
     assert fatal[0] == ("MISSING", 4) and all(v == "MISSING" for v, _ in fatal)
-    assert [o["verdict"] for o in out if not o["fatal"] and o["verdict"] != "OK"] == ["DUPLICATE"]
+    assert [o["verdict"] for o in out if o["severity"] == "warning"] == ["DUPLICATE"]
 
 
 def test_clean_stream_exits_zero_from_stdin():
@@ -128,7 +128,7 @@ def test_max_age_option_expires_idle_producers():
     _, kept, _ = run_check(None, "--phase", "push", stdin=text)
     assert [o["verdict"] for o in kept] == ["OK"] * 6
     code, expired, _ = run_check(None, "--phase", "push", "--max-age-ms", "1000", stdin=text)
-    assert code == 1 and expired[-1]["verdict"] == "UNREGISTERED_PRODUCER" and expired[-1]["fatal"]
+    assert code == 1 and expired[-1]["verdict"] == "UNREGISTERED_PRODUCER" and expired[-1]["severity"] == "fatal"
 
 
 def test_bad_lines_are_named_with_line_number_and_the_rest_is_still_checked(tmp_path):

@@ -98,7 +98,7 @@ def test_simple_changefeed_reports_exactly_the_planted_faults_and_counts_every_r
     assert len(faults) == len(SIMPLE_FAULTS)
     by_place = {(f["partition"], f["offset"]): f for f in faults}
     mismatch = by_place[(0, 2)]
-    assert mismatch["topic"] == TOPIC and mismatch["timestamp"] == 1_002
+    assert mismatch["topic"] == TOPIC and mismatch["record_timestamp_ms"] == 1_002
     assert mismatch["table"] == "shop.orders" and mismatch["row_key"] == {"id": "2"}
     assert mismatch["commit_ts"] == 449872367820832769
     assert mismatch["expected_checksum"] == orders_checksum("2", "owt", None)
@@ -108,7 +108,7 @@ def test_simple_changefeed_reports_exactly_the_planted_faults_and_counts_every_r
         f"{mismatch['computed_checksum']} computed from the columns"
     )
     # Held until partition 1's BOOTSTRAP, then verified under its own offset.
-    assert by_place[(1, 0)]["row_key"] == {"id": "10"} and by_place[(1, 0)]["timestamp"] == 1_000
+    assert by_place[(1, 0)]["row_key"] == {"id": "10"} and by_place[(1, 0)]["record_timestamp_ms"] == 1_000
     assert by_place[(1, 3)]["detail"].startswith("unknown table, current image: the message cannot be verified")
     # Partition 2's DMLs never got their schema: given up at the end, counted, not faults.
     assert f"{len(SIMPLE_RECORDS)} records," in err

@@ -95,7 +95,7 @@ def test_a_deletion_past_the_last_validated_offset_is_found_once_and_accounted_f
         DELETED_BEFORE_VALIDATION,
         11,
         "warning",
-        "-",
+        None,
     )
     assert "offsets 11..39 (29 offsets) were deleted" in incident.detail
     assert "found by fetch: the consumer read offset 40 next after offset 10" in incident.detail

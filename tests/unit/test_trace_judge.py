@@ -49,6 +49,7 @@ def test_delivered_with_per_hop_and_end_to_end_latencies():
         latencies_ms=(20, 70),
         end_to_end_ms=100,
         detail=verdict.detail,
+        origin_ms=ORIGIN,
     )
     assert "eu[0]@3" in verdict.detail and A.hex() in verdict.detail
     assert judge.open_traces() == 0

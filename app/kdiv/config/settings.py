@@ -279,6 +279,8 @@ class Settings:
     batch_max: int = 100_000
     commit_interval_s: float = 1.0
     recent_incidents: int = 10_000
+    # One log line per incident written (kdiv.worker.incident_log); off: the incidents topic only.
+    log_incidents: bool = True
     kafka_security: KafkaSecurity = PLAINTEXT
     registry: RegistrySettings = field(default_factory=RegistrySettings)
     # Watched topics whose values carry Confluent's framing, checked against the registry
@@ -348,6 +350,7 @@ class Settings:
             batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
             commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
             recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
+            log_incidents=env.bool("LOG_INCIDENTS", cls.log_incidents),
             kafka_security=KafkaSecurity.from_env(environ),
             registry=RegistrySettings.from_env(environ),
             schema_topics=tuple(t.strip() for t in env.str("SCHEMA_TOPICS", "").split(",") if t.strip()),

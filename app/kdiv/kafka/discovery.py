@@ -86,6 +86,14 @@ def admin_client(settings: Settings) -> AIOKafkaAdminClient:
     )
 
 
+def named_topics(settings: Settings) -> tuple[str, ...]:
+    """The topics the settings name (watched, changefeeds, routes), each once: a topic may be
+    watched and on a route too."""
+    return tuple(
+        dict.fromkeys((*settings.topics, *settings.changefeeds.topics, *sorted(settings.audit.route_topics())))
+    )
+
+
 async def discover(settings: Settings, *, wait_s: float | None = None, create_own: bool = True) -> ClusterView:
     """Resolve the watched topics, waiting until they exist (forever when wait_s is None).
 
@@ -106,7 +114,7 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
         started = last_log = time.monotonic()
         while True:
             counts = await _partition_counts(admin, settings)
-            named = (*settings.topics, *settings.changefeeds.topics, *sorted(settings.audit.route_topics()))
+            named = named_topics(settings)
             missing = [t for t in named if t not in counts]
             if counts and not missing:
                 break

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from kdiv.changefeed.verify import AVRO, PROTOCOLS, ChangefeedVerifier, RowVerdict
+from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import RegistrySettings
 from kdiv.offline.jsonl import InputError, checksum_fault_to_line, parse_record_bytes
 from kdiv.registry.client import RegistryError, SchemaNotFound, SchemaRegistry
@@ -92,12 +93,14 @@ def check_changefeed(
     time_zone: str = "UTC",
     timestamp_mode: TimestampMode | str = TimestampMode.UTC,
     report: Callable[[str], None] = lambda message: None,
+    clock: Callable[[], int] = wall_clock_ms,
 ) -> ChecksumCounts:
     """Verify the record lines of `source` (`kdiv dump` JSON Lines, each partition's records in
     offset order) as changefeed messages of `protocol`; write a line per fault to `out`.
 
     `schemas` looks up Avro writer schemas (required for Avro). `report` receives each bad
-    line and each schema id unknown to the registry, named by file:line and record. Raises
+    line and each schema id unknown to the registry, named by file:line and record; `clock`
+    gives each fault line's detected_at_ms. Raises
     SchemaUnavailable when the registry cannot answer; the faults found before are written.
     """
     if protocol not in PROTOCOLS:
@@ -116,7 +119,7 @@ def check_changefeed(
             if result.skip_reason is not None:
                 counts.skipped[result.skip_reason] += 1
             if result.is_fault:
-                out.write(checksum_fault_to_line(row) + "\n")
+                out.write(checksum_fault_to_line(row, clock()) + "\n")
 
     def verify_run() -> None:
         if run:

@@ -2,11 +2,10 @@
 
 Record line:  {"topic", "partition", "offset", "timestamp", "key": base64|null,
                "value": base64|null, "headers": [[name, base64|null], ...]}
-Verdict line: {"topic", "partition", "offset", "verdict", "producer": hex GUID|null,
-               "segment", "seq", "fatal", "detail"}
-Checksum fault line (`kdiv check --ticdc`), named like the worker's checksum incident:
-              {"topic", "partition", "offset", "timestamp", "verdict", "table", "row_key": {column:
-               value}, "row_image", "commit_ts", "expected_checksum", "computed_checksum", "detail"}
+Verdict line (`kdiv check`, `kdiv validate`) and checksum fault line (`kdiv check --ticdc`):
+              an incident (kdiv/incident/schema.json, docs/incidents.md), as the incidents
+              topic holds it; a verdict line of a record that is no fault has severity null,
+              and one of a gap's record (exact semantics) adds "gap".
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 from kdiv.div.exact import GapReport
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import ValidationResult
+from kdiv.incident.builders import checksum_incident, verdict_incident
 from kdiv.untrusted import UntrustedJSONError, parse_json
 
 if TYPE_CHECKING:  # `kdiv check` without --ticdc loads no Avro library
@@ -148,23 +148,14 @@ def record_to_line(record: ConsumedRecord) -> str:
     )
 
 
-def result_to_line(result: ValidationResult) -> str:
-    record = result.record
-    return json.dumps(
-        {
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-            "verdict": result.verdict.value,
-            "producer": None if result.guid is None else result.guid.hex(),
-            "segment": result.segment,
-            "seq": result.seq,
-            "fatal": result.fatal,
-            "detail": result.detail,
-            **({} if result.gap is None else {"gap": _gap_fields(result.gap)}),
-        },
-        separators=(",", ":"),
-    )
+def result_to_line(result: ValidationResult, checked_at_ms: int) -> str:
+    """A verdict as an incident line, judged at `checked_at_ms` (its detected_at_ms)."""
+    line = verdict_incident(result, checked_at_ms).to_json()
+    if not result.verdict.is_fault:
+        line["severity"] = None
+    if result.gap is not None:
+        line["gap"] = _gap_fields(result.gap)
+    return json.dumps(line, separators=(",", ":"))
 
 
 def _gap_fields(gap: GapReport) -> dict:
@@ -180,24 +171,6 @@ def _gap_fields(gap: GapReport) -> dict:
     }
 
 
-def checksum_fault_to_line(row: RowVerdict) -> str:
-    from kdiv.changefeed.verify import fault_detail, key_columns
-
-    result = row.result
-    return json.dumps(
-        {
-            "topic": row.topic,
-            "partition": row.partition,
-            "offset": row.offset,
-            "timestamp": row.timestamp_ms,
-            "verdict": result.verdict.value,
-            "table": result.table,
-            "row_key": key_columns(result),
-            "row_image": result.image.value,
-            "commit_ts": result.commit_ts,
-            "expected_checksum": result.expected,
-            "computed_checksum": result.computed,
-            "detail": fault_detail(result),
-        },
-        separators=(",", ":"),
-    )
+def checksum_fault_to_line(row: RowVerdict, checked_at_ms: int) -> str:
+    """A faulty row as an incident line, found at `checked_at_ms` (its detected_at_ms)."""
+    return json.dumps(checksum_incident(row, checked_at_ms).to_json(), separators=(",", ":"))

@@ -36,6 +36,7 @@ import itertools
 import json
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -503,9 +504,17 @@ def read_topics(
     )
 
 
+# Sessions "kdiv_kafka" is registered with: registering again works, but Spark warns each time
+# that it replaced a registered data source, which reads as a problem where there is none.
+_REGISTERED_WITH: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
 def register_source(spark: SparkSession) -> None:
-    """Make "kdiv_kafka" usable in spark.read.format(...). Registering again is harmless."""
+    """Make "kdiv_kafka" usable in spark.read.format(...), once per session."""
+    if spark in _REGISTERED_WITH:
+        return
     spark.dataSource.register(KdivKafkaDataSource)
+    _REGISTERED_WITH.add(spark)
 
 
 def _read_with_spark_source(spark: SparkSession, snapshot: Snapshot, librdkafka: Mapping[str, Any]) -> DataFrame:

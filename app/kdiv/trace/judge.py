@@ -96,6 +96,9 @@ class TraceVerdict:
     # DELIVERED: last stage record timestamp minus the trace's origin.
     end_to_end_ms: int | None = None
     detail: str = ""
+    # The trace header's origin (the producer's wall time when it stamped the record): the
+    # incident's record time, the one time every hop's copy shares.
+    origin_ms: int | None = None
 
     @property
     def trace_id_hex(self) -> str:
@@ -350,7 +353,15 @@ def _duplicated(route: Route, trace_id: bytes, state: TraceState, stage: int) ->
     if len(inputs) > 1:
         detail += f"; its input stage already held {len(inputs)} copies, so they may come from upstream"
     return TraceVerdict(
-        TraceOutcome.DUPLICATED, route.name, trace_id, stage - 1, hop.group, source, copies, detail=detail
+        TraceOutcome.DUPLICATED,
+        route.name,
+        trace_id,
+        stage - 1,
+        hop.group,
+        source,
+        copies,
+        detail=detail,
+        origin_ms=state.origin_ms,
     )
 
 
@@ -378,6 +389,7 @@ def _delivered(route: Route, trace_id: bytes, state: TraceState) -> TraceVerdict
         end_to_end_ms=end_to_end,
         detail=f"{_head(route, trace_id)} delivered to {_text(arrival)}, {end_to_end} ms after its origin ({hops_text})"
         + _earlier_note(state),
+        origin_ms=state.origin_ms,
     )
 
 
@@ -404,7 +416,15 @@ def _lost(
         f"and it never appeared on {'|'.join(hop.sinks)}; replay {_text(source)}"
     )
     return TraceVerdict(
-        TraceOutcome.LOST, route.name, trace_id, stage, hop.group, source, committed_offset=position, detail=detail
+        TraceOutcome.LOST,
+        route.name,
+        trace_id,
+        stage,
+        hop.group,
+        source,
+        committed_offset=position,
+        detail=detail,
+        origin_ms=state.origin_ms,
     )
 
 
@@ -441,6 +461,7 @@ def _unresolved(
         source,
         committed_offset=position,
         detail=detail,
+        origin_ms=state.origin_ms,
     )
 
 

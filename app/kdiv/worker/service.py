@@ -68,8 +68,8 @@ from kdiv.worker.faustcompat.transport import (
     restart_at,
     restart_from_beginning,
 )
+from kdiv.worker.incident_log import IncidentLog
 from kdiv.worker.incidents import (
-    FaultRunLog,
     Incident,
     RecentIncidents,
     deletion_incident,
@@ -182,7 +182,7 @@ class ValidationWorker:
         self.recent = RecentIncidents(settings.recent_incidents)
         # Per incidents-topic partition: the offset `recent` holds every incident before.
         self.incidents_read_to: dict[int, int] = {}
-        self.runs = FaultRunLog(log)
+        self.runs = IncidentLog(log, settings.log_incidents)
         self.stats = WorkerStats()
         self.load_errors_seen = 0
         self._schema_judged: set[tuple[str, int, str, int]] = set()
@@ -200,7 +200,7 @@ class ValidationWorker:
         self._unflushed: set[tuple[str, int]] = set()
         self._unflushed_records = 0
         self._observed: list = []
-        # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
+        # Per partition, the producers whose OK records the bulk path must report (`IncidentLog`).
         self._watch: dict[tuple[str, int], set[bytes]] = {}
         self._framed: dict[tuple[str, int, str, int], list[int]] = {}
         self.topic_ids = TopicIds(settings)
@@ -401,6 +401,7 @@ class ValidationWorker:
         sent = [await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents]
         await asyncio.gather(*sent)
         self.stats.incidents_sent += len(incidents)
+        self.runs.written(incidents)
 
     # -- watched topics' schemas -------------------------------------------------------------
 
@@ -767,7 +768,6 @@ class ValidationWorker:
             self._pending.setdefault(key, []).append(incident)
             self._unflushed.add(key)
             self.stats.log_rewinds += 1
-            log.error("%s at %s[%d]: %s", incident.verdict, rewind.topic, rewind.partition, incident.detail)
 
     # -- records deleted before validation ------------------------------------------------------
 
@@ -891,7 +891,6 @@ class ValidationWorker:
         # Made again with the producers behind the deletion: their next records are watched.
         self._watch.pop(key, None)
         self.stats.deletions_before_validation += 1
-        log.warning("%s at %s[%d]: %s", incident.verdict, tp.topic, tp.partition, incident.detail)
 
     # -- validation --------------------------------------------------------------------------
 
@@ -1008,7 +1007,6 @@ class ValidationWorker:
             self._pending.setdefault(key, []).append(incident)
             self._unflushed.add(key)
             self.stats.producers_evicted += len(eviction.guids)
-            log.warning("%s at %s[%d]: %s", incident.verdict, key[0], key[1], incident.detail)
 
     def _judge_traces(self) -> None:
         """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their
@@ -1018,7 +1016,6 @@ class ValidationWorker:
         for partition, verdict in audit.judge(now):
             if verdict.outcome.value != "DELIVERED":
                 incident = trace_incident(verdict, now)
-                log.error("%s on route %s: %s", incident.verdict, verdict.route, verdict.detail)
                 self._pending.setdefault((self.settings.observations, partition), []).append(incident)
         for partition in audit.judges:
             self._unflushed.add((self.settings.observations, partition))

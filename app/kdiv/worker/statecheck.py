@@ -131,7 +131,6 @@ class StateSchemaCheck:
             finding = StateFinding(
                 changelog, partition, schema_id, verdict, expected, tuple(sorted(info.subjects)) if info else (), offset
             )
-            log.error("%s: %s", verdict, finding.detail)
             self.open[(changelog, schema_id)] = finding
             found.append(finding)
             if self.auto_repair and info is not None:

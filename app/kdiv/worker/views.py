@@ -31,7 +31,7 @@ from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.faustcompat.internals import peer_topics
-from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, LOG_REWOUND, NO_PRODUCER, PRODUCERS_LIMIT
+from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, LOG_REWOUND, PRODUCERS_LIMIT
 from kdiv.worker.webauth import SignedRequests, answer_is_signed, authentication_middleware, sign_answer, sign_request
 from kdiv.worker.webguard import allowed_host_names, host_check_middleware, matches, page_policy, security_headers
 
@@ -81,7 +81,7 @@ def faults_by_producer(incidents) -> dict[tuple[str, int, str], ProducerFaults]:
     """(topic, partition, producer hex) -> its incidents' counts and times."""
     found: dict[tuple[str, int, str], ProducerFaults] = {}
     for incident in incidents:
-        if incident.producer != NO_PRODUCER:
+        if incident.producer is not None:
             key = (incident.topic, incident.partition, incident.producer)
             found.setdefault(key, ProducerFaults()).add(incident)
     return found
@@ -319,12 +319,9 @@ def iso_time(ms: int | None) -> str | None:
 
 
 def incident_json(incident) -> dict:
-    """An incident as the views show it: its fields, and its times also as ISO 8601 UTC. An
-    incident without a producer (MALFORMED, schema and log incidents) shows producer, segment
-    and seq as null, as `kdiv check` does (the incidents topic keeps its key fields)."""
+    """An incident as the views show it: its fields (kdiv/incident/schema.json), and its times
+    also as ISO 8601 UTC."""
     fields = incident.to_json()
-    if fields["producer"] == NO_PRODUCER:
-        fields.update(producer=None, segment=None, seq=None)
     fields["detected_at"] = iso_time(incident.detected_at_ms)
     fields["record_time"] = iso_time(incident.record_timestamp_ms)
     return fields
