@@ -70,7 +70,10 @@ class EpochTrackingRecords:
 
 
 def track_batch_epochs() -> None:
-    """Have aiokafka's fetcher read fetched records through `EpochTrackingRecords`."""
+    """Have aiokafka's fetcher read fetched records through `EpochTrackingRecords`: in every
+    consumer of the process (aiokafka's C records keep their bytes to themselves, so the
+    wrapper must be there when a fetch response is read), which read the same batches through
+    it; only the worker's bulk path (`kdiv.worker.faustcompat.parsed`) reads the epochs."""
     aiokafka_fetcher.MemoryRecords = EpochTrackingRecords
 
 
