@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 from faust.web import Request
 
@@ -13,6 +14,28 @@ from kdiv.worker.web.params import LOCAL, MAX_PAGE, BadRequest, int_param, produ
 from kdiv.worker.web.shapes import cursor_of, faults_by_producer, producer_json
 
 PRODUCERS_PAGE = 100
+
+
+class ProducerFilters(NamedTuple):
+    """The filters of both producer views, None where not given."""
+
+    topic: str | None
+    partition: int | None
+    status: str | None
+
+    def take(self, topic: str, partition: int) -> bool:
+        """Whether the producers of this partition are looked at."""
+        return (self.topic is None or topic == self.topic) and (self.partition is None or partition == self.partition)
+
+
+def producer_filters(request: Request) -> ProducerFilters:
+    """The request's `topic`, `partition` and `status` (a SegmentStatus name)."""
+    topic = request.query.get("topic")
+    partition = int_param(request, "partition", None)
+    status = request.query.get("status")
+    if status is not None and status not in SegmentStatus.__members__:
+        raise BadRequest(f"status={status!r} is not one of {', '.join(SegmentStatus.__members__)}")
+    return ProducerFilters(topic, partition, status)
 
 
 async def producers_view(site: Site, request: Request) -> Answer:
@@ -36,16 +59,12 @@ def producer_page(worker, request: Request) -> dict:
     partition may track 100,000s of them."""
     limit = int_param(request, "limit", PRODUCERS_PAGE, minimum=1, maximum=MAX_PAGE)
     cursor = producers_cursor(request)
-    topic = request.query.get("topic")
-    partition = int_param(request, "partition", None)
-    status = request.query.get("status")
-    if status is not None and status not in SegmentStatus.__members__:
-        raise BadRequest(f"status={status!r} is not one of {', '.join(SegmentStatus.__members__)}")
-    wanted = None if status is None else SegmentStatus[status]
+    filters = producer_filters(request)
+    wanted = None if filters.status is None else SegmentStatus[filters.status]
     total = 0
     page: list[tuple[str, int, bytes, Segment | bytes]] = []
     for (t, p), part in sorted(worker.live.validator.partitions.items()):
-        if (topic is not None and t != topic) or (partition is not None and p != partition):
+        if not filters.take(t, p):
             continue
         segments = part.tracker.segments
         matching = segments.keys() if wanted is None else [g for g, s in segments.items() if status_of(s) is wanted]
@@ -70,11 +89,7 @@ def producer_page(worker, request: Request) -> dict:
 
 def producers(worker, request: Request, guid: str | None = None) -> list[dict]:
     """This worker's producers matching the request's filters."""
-    topic = request.query.get("topic")
-    partition = int_param(request, "partition", None)
-    status = request.query.get("status")
-    if status is not None and status not in SegmentStatus.__members__:
-        raise BadRequest(f"status={status!r} is not one of {', '.join(SegmentStatus.__members__)}")
+    filters = producer_filters(request)
     if guid is not None:
         try:
             wanted = bytes.fromhex(guid)
@@ -83,13 +98,13 @@ def producers(worker, request: Request, guid: str | None = None) -> list[dict]:
     items = []
     faults = faults_by_producer(worker.recent.newest_first())
     for (t, p), part in sorted(worker.live.validator.partitions.items()):
-        if (topic is not None and t != topic) or (partition is not None and p != partition):
+        if not filters.take(t, p):
             continue
         segments = part.tracker.segments
         shown = segments.items() if guid is None else [(wanted, segments[wanted])] if wanted in segments else []
         for g, state in shown:
             segment = as_segment(state)
-            if status is not None and segment.status.name != status:
+            if filters.status is not None and segment.status.name != filters.status:
                 continue
             items.append(producer_json(t, p, g, segment, faults.get((t, p, g.hex()))))
     return items
