@@ -11,6 +11,8 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.consumer import fetcher as aiokafka_fetcher
+from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
@@ -83,6 +85,10 @@ async def test_only_the_workers_consumer_gets_parsed_records(bootstrap, broker_i
     finally:
         await app.stop()
 
+    # aiokafka itself is as it came: no global of its fetcher module, no method of its classes changed.
+    assert aiokafka_fetcher.MemoryRecords is MemoryRecords
+    for cls in (aiokafka_fetcher.Fetcher, aiokafka_fetcher.FetchResult, aiokafka_fetcher.PartitionRecords):
+        assert all(getattr(f, "__module__", cls.__module__) == cls.__module__ for f in vars(cls).values())
     assert all(type(record) is ConsumerRecord for record in plain)
     assert [(r.offset, r.key, r.value) for r in plain] == [(n, b"k%d" % n, b"v%d" % n) for n in range(RECORDS)]
     parsed = [record for batch in collector.batches for record in batch]

@@ -121,7 +121,12 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         "watched topics: in bulk (parsed), on the worker's fetch results only",
     ),
     ("aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher", None, "parsed: the worker's fetcher"),
-    ("aiokafka.consumer.fetcher:Fetcher._records", None, "parsed: the worker's fetch results, read in bulk"),
+    (
+        "aiokafka.consumer.fetcher:Fetcher._proc_fetch_request",
+        ("self", "assignment", "node_id", "request"),
+        "parsed: bound to the worker's fetcher with its records and results in place",
+    ),
+    ("aiokafka.consumer.fetcher:FetchResult", None, "parsed: the worker's fetch results, made in bulk"),
     ("aiokafka.consumer.fetcher:FetchResult._update_position", ("self",), "parsed"),
     ("aiokafka.consumer.fetcher:FetchResult._partition_records", None, "parsed"),
     ("aiokafka.consumer.fetcher:READ_COMMITTED", None, "parsed: aiokafka's isolation level constant"),
@@ -138,7 +143,7 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     (
         "aiokafka.consumer.fetcher:MemoryRecords",
         None,
-        "epochs: replaced by EpochTrackingRecords, which also keeps each batch's leader epoch",
+        "epochs: in the worker's fetcher EpochTrackingRecords, which also keeps each batch's leader epoch",
     ),
     ("aiokafka.record.memory_records:MemoryRecords.next_batch", None, "epochs: whole batches, in order"),
     ("aiokafka.protocol.api:Request.prepare", ("self", "versions"), "epochs: OffsetForLeaderEpoch, as aiokafka's own"),

@@ -8,10 +8,12 @@ the worker's fetcher hands over each batch's parsed records in bulk: they have e
 the validator reads but topic and partition, which are the batch's.
 
 Only the worker's own consumer does (`parse_in_bulk`, called on the aiokafka consumer
-Faust's consumer thread starts for kdiv): its fetcher stores each partition's fetch
-result in a dict of its own, which is swapped for `_BulkResults`, a dict that makes every
-result of a watched topic stored in it `in_bulk`. Every other aiokafka consumer of the
-process, of any topic, reads through aiokafka's classes unchanged.
+Faust's consumer thread starts for kdiv). Its fetcher reads each fetch response with
+aiokafka's own `Fetcher._proc_fetch_request`, bound to that fetcher alone with other globals:
+its records read through `EpochTrackingRecords` (`kdiv.worker.faustcompat.epochs`), and each
+fetch result of a watched topic made `in_bulk`, still of aiokafka's exact type `FetchResult`,
+which the fetcher checks. No module or class of aiokafka changes: every other aiokafka
+consumer of the process, of any topic, reads as aiokafka alone does.
 
 `_unpack_parsed` is aiokafka 0.14's `PartitionRecords._unpack_records` (CRC check,
 read_committed filtering of aborted transactions, control batches, compacted batches)
@@ -30,40 +32,34 @@ the next offset to validate was no reset to the log start).
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from types import MethodType
+from types import FunctionType, MethodType
 from typing import Any
 
 import aiokafka.errors as errors
-from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+from aiokafka.consumer import fetcher as aiokafka_fetcher
+from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher, FetchResult, PartitionRecords
 
-from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochedRecords, track_batch_epochs
+from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochedRecords, EpochTrackingRecords
 
 
 def parse_in_bulk(consumer: Any, topics: frozenset[str]) -> None:
     """Have this started aiokafka consumer, and no other, return the records of `topics` as
     parsed, from `getmany` (see the module doc). Call before it fetches: right after `start`,
     while it has no assignment yet."""
-    track_batch_epochs()
     fetcher = consumer._fetcher
-    fetcher._records = _BulkResults(topics, fetcher._records)
+    read_response = Fetcher._proc_fetch_request
 
+    def bulk_result(tp: Any, **parts: Any) -> FetchResult:
+        result = FetchResult(tp, **parts)
+        return in_bulk(result) if tp.topic in topics else result
 
-class _BulkResults(OrderedDict):
-    """aiokafka's fetcher's results by partition (an OrderedDict there too), each stored
-    result of one of `topics` read `in_bulk`."""
-
-    def __init__(self, topics: frozenset[str], results: OrderedDict) -> None:
-        super().__init__()
-        self.topics = topics
-        for tp, result in results.items():
-            self[tp] = result
-
-    def __setitem__(self, tp: Any, result: Any) -> None:
-        # The fetcher stores errors (FetchError) here too, and checks results by exact type.
-        if type(result) is FetchResult and tp.topic in self.topics:
-            in_bulk(result)
-        super().__setitem__(tp, result)
+    # aiokafka's code, reading these names from its module's globals: here from a copy of
+    # them with kdiv's records and results in place.
+    names = {**aiokafka_fetcher.__dict__, "MemoryRecords": EpochTrackingRecords, "FetchResult": bulk_result}
+    own = FunctionType(
+        read_response.__code__, names, read_response.__name__, read_response.__defaults__, read_response.__closure__
+    )
+    fetcher._proc_fetch_request = MethodType(own, fetcher)
 
 
 def in_bulk(result: FetchResult) -> FetchResult:
