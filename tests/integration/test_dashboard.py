@@ -13,7 +13,7 @@ import aiohttp
 from playwright.async_api import async_playwright
 
 from kdiv.worker.overview import GroupsQuery, overview
-from kdiv.worker.overview_views import report_url
+from kdiv.worker.web.reports import report_url
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, wait_until_caught_up
 from tests.harness.browser import chromium, wait_until
 from tests.harness.http import http_json, wait_for_incidents_read

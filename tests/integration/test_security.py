@@ -29,6 +29,7 @@ from kdiv.kafka import consume, discovery, tansu
 from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.service import build_app
+from kdiv.worker.web.incidents_reader import incidents_consumer
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +259,7 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
     app, worker = build_app(settings, cluster, state_schema_id=1)
     expected = {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-256", "username": "kdiv", "password": "pw", "tls": True}
 
-    consumer = worker.incidents_consumer()
+    consumer = incidents_consumer(settings)
     admin = discovery.admin_client(settings)
     reader = consume.standalone_consumer(settings.bootstrap, security=security)
     producer = writer.new_producer(settings.bootstrap, security=security)

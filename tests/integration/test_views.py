@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from kdiv.incident.schema import incident_schema
-from kdiv.worker.views import Views
+from kdiv.worker.web.peers import Peers
 from tests.harness.broker import exact_end_offsets, produce_with_faults_for, read_incidents, wait_until_caught_up
 from tests.harness.http import http_json, wait_for_incidents_read, wait_for_split
 from tests.harness.oracle import incident_differences, oracle
@@ -270,7 +270,7 @@ async def test_a_forwarded_request_passes_the_owners_answer_through():
     server_app = web.Application()
     server_app.router.add_get("/partitions/t/1/", not_here)
     async with TestServer(server_app) as server, aiohttp.ClientSession() as client:
-        views = Views.__new__(Views)
+        views = Peers.__new__(Peers)
         views.app = type("App", (), {"http_client": client})()
         views._token, views._peer_patterns = "", ()
 

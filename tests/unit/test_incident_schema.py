@@ -33,7 +33,7 @@ from kdiv.worker.incidents import (
 )
 from kdiv.worker.live import Rewind
 from kdiv.worker.retention import Deletion
-from kdiv.worker.views import incident_json
+from kdiv.worker.web.shapes import incident_json
 from tests.harness.streams import GUID_A, GUID_B, NOW, Log, corrupt_value
 from tests.unit.test_check_ticdc import SIMPLE_FAULTS, SIMPLE_RECORDS, line
 

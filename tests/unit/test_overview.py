@@ -15,7 +15,7 @@ from kdiv.worker.overview import (
     overview,
     timeline,
 )
-from kdiv.worker.overview_views import report_path
+from kdiv.worker.web.reports import report_path
 
 NOW = 1_795_478_400_000  # 2026-11-24T00:00:00Z
 

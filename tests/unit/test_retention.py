@@ -16,7 +16,7 @@ from kdiv.div.validator import DataIntegrityValidator, Semantics, ValidationResu
 from kdiv.div.wire import Kind
 from kdiv.state.values import StateValues
 from kdiv.worker.faustcompat.epochs import fetched_span
-from kdiv.worker.faustcompat.parsed import yield_parsed_records
+from kdiv.worker.faustcompat.parsed import in_bulk
 from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, Incident, deletion_incident, incidents_for
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.retention import Deletion
@@ -291,11 +291,10 @@ def test_a_fetch_names_where_it_started_and_the_position_it_left_past_control_ba
     of a fetch at offset 2 end at 4, its control batch (the marker at 5) moves the position to 6,
     and the next fetch starts there."""
     tp = TopicPartition("retention-fetch-span", 0)
-    yield_parsed_records(frozenset({tp.topic}))
     data = batch(0, 5, producer_id=7, transactional=True) + batch(5, 1, producer_id=7, transactional=True, control=True)
     assignment = _Assignment(2)
     records = PartitionRecords(tp, MemoryRecords(data), [], 2, None, None, True, READ_COMMITTED)
-    fetched = FetchResult(tp, assignment=assignment, partition_records=records, backoff=0).getall()
+    fetched = in_bulk(FetchResult(tp, assignment=assignment, partition_records=records, backoff=0)).getall()
     assert [r.offset for r in fetched] == [2, 3, 4]
     assert fetched_span(fetched) == (2, 6) and assignment.state.position == 6
     assert fetched_span(list(fetched)) == (None, None)  # cut or copied: not known

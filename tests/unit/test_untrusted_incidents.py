@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdiv.worker.incidents import Incident
-from kdiv.worker.views import incident_json
+from kdiv.worker.web.shapes import incident_json
 
 DIV = Incident(
     "orders", 3, "ab" * 16, 1, 7, "MISSING", 120, "fatal", "seq 5..6 missing", 1_700_000_000_000, 1_700_000_000_500

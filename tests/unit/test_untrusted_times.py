@@ -14,7 +14,7 @@ from kdiv.div.wire import ChecksumType
 from kdiv.reconcile import report
 from kdiv.reconcile.markup import utc_time
 from kdiv.worker.incidents import Incident
-from kdiv.worker.views import ProducerFaults, incident_json, iso_time, producer_json
+from kdiv.worker.web.shapes import ProducerFaults, incident_json, iso_time, producer_json
 
 NOW_MS = 1_700_000_000_000
 ODD_TIMES = {

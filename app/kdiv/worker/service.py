@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import cast
 
 import faust
-from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from faust.types import TP, EventT
@@ -36,7 +35,6 @@ from kdiv.div.record import FetchedRecord, consumed
 from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.committed import read_committed
-from kdiv.kafka.consume import topic_partitions as partitions_of
 from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.kafka.topicids import TopicIds
@@ -80,7 +78,6 @@ from kdiv.worker.incidents import (
     trace_incident,
 )
 from kdiv.worker.live import LiveValidation
-from kdiv.worker.overview_views import register_overview
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
@@ -89,7 +86,8 @@ from kdiv.worker.statecheck import (
     StateSchemaCheck,
     register_state_schema,
 )
-from kdiv.worker.views import register_views
+from kdiv.worker.web.incidents_reader import follow_incidents
+from kdiv.worker.web.server import register_views
 
 log = logging.getLogger("kdiv.worker")
 
@@ -1099,48 +1097,6 @@ class ValidationWorker:
         self.stats.state_writes += 1
         return acks
 
-    # -- incidents, for the views ------------------------------------------------------------
-
-    def incidents_consumer(self) -> AIOKafkaConsumer:
-        """The consumer `read_incidents` follows the incidents topic with, not started."""
-        return AIOKafkaConsumer(
-            bootstrap_servers=self.settings.bootstrap,
-            client_id=f"{self.settings.app_id}-incidents-reader",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            **self.settings.kafka_security.aiokafka_kwargs(),
-        )
-
-    async def read_incidents(self) -> None:
-        """Follow the whole incidents topic, so every worker can show every incident."""
-        consumer = self.incidents_consumer()
-        await consumer.start()
-        try:
-            assigned = await partitions_of(consumer, self.settings.incidents)
-            consumer.assign(assigned)
-            while True:
-                batches = await consumer.getmany(timeout_ms=1000)
-                for records in batches.values():
-                    for record in records:
-                        self._add_incident(record)
-                # The view says how far it has read: a worker's list trails the topic by a
-                # fetch, and a reader can tell "not yet read" from "not there".
-                for tp in assigned:
-                    self.incidents_read_to[tp.partition] = await consumer.position(tp)
-        finally:
-            await consumer.stop()
-
-    def _add_incident(self, record) -> None:
-        if record.value is None:
-            return
-        try:
-            incident = Incident.from_value(record.value)
-        except (ValueError, TypeError) as bad:
-            self.stats.bad_incident_records += 1
-            log.error("unreadable incident at %s[%d]@%d: %s", record.topic, record.partition, record.offset, bad)
-            return
-        self.recent.add(record.key, incident)
-
 
 def build_app(
     settings: Settings, cluster: ClusterView, state_schema_id: int | None = None
@@ -1205,11 +1161,9 @@ def build_app(
     async def on_assigned(sender, assigned, **kwargs) -> None:
         worker.on_assigned(assigned)
 
-    register_overview(app, register_views(app, worker))
+    register_views(app, worker)
 
-    @app.task
-    async def follow_incidents():
-        await worker.read_incidents()
+    follow_incidents(app, worker)
 
     @app.task
     async def poll_committed_offsets():

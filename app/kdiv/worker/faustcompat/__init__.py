@@ -2,8 +2,8 @@
 
 Everything here names what Faust does that kdiv corrects or needs: exact end offsets and
 exact seeks after assignment (`transport`), the watched topics' records in whole batches
-(`batches`, taken from aiokafka in bulk by `parsed`, with their batches' leader epochs and
-OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key by key or in
+(`batches`, taken in bulk from the worker's own aiokafka fetcher by `parsed`, with their
+batches' leader epochs and OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key by key or in
 whole batches (`tables`), and reads of recovery and assignment
 state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
@@ -107,11 +107,26 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         ("self",),
         "its aiokafka producer: key ledger records sent in whole batches",
     ),
-    ("aiokafka.consumer.fetcher:PartitionRecords._unpack_records", ("self",), "watched topics: in bulk (parsed)"),
-    ("aiokafka.consumer.fetcher:PartitionRecords._records_iterator", None, "drained in C (parsed)"),
+    (
+        "aiokafka.consumer.fetcher:PartitionRecords._unpack_records",
+        ("self",),
+        "watched topics: its generator replaced by a copy that yields in bulk (parsed)",
+    ),
+    ("aiokafka.consumer.fetcher:PartitionRecords._records_iterator", None, "replaced, drained in C (parsed)"),
     ("aiokafka.consumer.fetcher:PartitionRecords._consume_aborted_up_to", ("self", "batch_offset"), "parsed"),
     ("aiokafka.consumer.fetcher:PartitionRecords._contains_abort_marker", ("self", "next_batch"), "parsed"),
-    ("aiokafka.consumer.fetcher:FetchResult.getall", ("self", "max_records"), "watched topics: in bulk (parsed)"),
+    (
+        "aiokafka.consumer.fetcher:FetchResult.getall",
+        ("self", "max_records"),
+        "watched topics: in bulk (parsed), on the worker's fetch results only",
+    ),
+    ("aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher", None, "parsed: the worker's fetcher"),
+    (
+        "aiokafka.consumer.fetcher:Fetcher._proc_fetch_request",
+        ("self", "assignment", "node_id", "request"),
+        "parsed: bound to the worker's fetcher with its records and results in place",
+    ),
+    ("aiokafka.consumer.fetcher:FetchResult", None, "parsed: the worker's fetch results, made in bulk"),
     ("aiokafka.consumer.fetcher:FetchResult._update_position", ("self",), "parsed"),
     ("aiokafka.consumer.fetcher:FetchResult._partition_records", None, "parsed"),
     ("aiokafka.consumer.fetcher:READ_COMMITTED", None, "parsed: aiokafka's isolation level constant"),
@@ -128,7 +143,7 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     (
         "aiokafka.consumer.fetcher:MemoryRecords",
         None,
-        "epochs: replaced by EpochTrackingRecords, which also keeps each batch's leader epoch",
+        "epochs: in the worker's fetcher EpochTrackingRecords, which also keeps each batch's leader epoch",
     ),
     ("aiokafka.record.memory_records:MemoryRecords.next_batch", None, "epochs: whole batches, in order"),
     ("aiokafka.protocol.api:Request.prepare", ("self", "versions"), "epochs: OffsetForLeaderEpoch, as aiokafka's own"),

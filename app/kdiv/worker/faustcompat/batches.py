@@ -16,8 +16,9 @@ the last flushed record, so one commit covers everything before it and no per-re
 bookkeeping is needed. Faust's commit ticks and its rebalance and shutdown path
 (`wait_empty`) flush first.
 
-Records: for the watched topics aiokafka's fetcher hands over its parsed records in bulk,
-not a ConsumerRecord each (`kdiv.worker.faustcompat.parsed`).
+Records: for the watched topics the fetcher of the consumer Faust starts for kdiv hands over
+its parsed records in bulk, not a ConsumerRecord each (`kdiv.worker.faustcompat.parsed`,
+installed by `kdiv.worker.faustcompat.transport`).
 
 Rebalances stay exact: a batch is processed and flushed under one lock, which Faust's
 revocation (through `wait_empty`) waits for, so a revoked partition is never written after
@@ -35,7 +36,6 @@ from typing import Any, Protocol
 from faust.types import TP
 
 from kdiv.worker.faustcompat.epochs import records_from
-from kdiv.worker.faustcompat.parsed import yield_parsed_records
 
 
 class SourceBatchHandler(Protocol):
@@ -60,7 +60,6 @@ _HANDLER = "kdiv_batch_handler"
 def attach_batch_handler(app: Any, handler: SourceBatchHandler) -> None:
     """Hand the app's watched-topic records to `handler` (its consumer is made later)."""
     setattr(app, _HANDLER, handler)
-    yield_parsed_records(handler.topics)
 
 
 class BatchDrainConsumer:

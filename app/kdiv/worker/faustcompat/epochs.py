@@ -7,9 +7,9 @@ changed: after a failover, the epoch of the last record a consumer read ends, on
 leader, before the consumer's position only if records the consumer read are gone.
 
 aiokafka's C batch reader keeps the epoch to itself and its consumer never sends the
-request. So `EpochTrackingRecords` stands in for aiokafka's `MemoryRecords` in its fetcher:
-the same batches, and beside them the epoch of the last one, read from the raw bytes. The
-parsed records path (`kdiv.worker.faustcompat.parsed`) hands each partition's records over
+request. So `EpochTrackingRecords` stands in for aiokafka's `MemoryRecords` in the worker's
+fetcher (`kdiv.worker.faustcompat.parsed`): the same batches, and beside them the epoch of
+the last one, read from the raw bytes. The parsed records path hands each partition's records over
 as `EpochedRecords`, a list that also names each batch's first offset and epoch; and
 `end_offsets_for_epochs` asks the leaders, on the consumer's own client.
 """
@@ -23,11 +23,10 @@ from typing import Any
 
 import aiokafka.errors as errors
 from aiokafka import TopicPartition
-from aiokafka.consumer import fetcher as aiokafka_fetcher
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Int16, Int32, Int64, Schema, String
+from aiokafka.record.memory_records import MemoryRecords
 
-_MemoryRecords = aiokafka_fetcher.MemoryRecords
 # A batch's length (after its first 12 bytes) and partition leader epoch, at its byte 8.
 _LENGTH_AND_EPOCH = struct.Struct(">ii")
 _MAGIC_AT = 16
@@ -47,7 +46,7 @@ class EpochTrackingRecords:
     __slots__ = ("_data", "_next", "_records", "batch_epoch")
 
     def __init__(self, data: bytes) -> None:
-        self._records = _MemoryRecords(data)
+        self._records = MemoryRecords(data)
         self._data = data
         self._next = 0
         self.batch_epoch = NO_EPOCH
@@ -67,11 +66,6 @@ class EpochTrackingRecords:
             self.batch_epoch = epoch if self._data[position + _MAGIC_AT] >= _EPOCH_MAGIC else NO_EPOCH
             self._next = position + 12 + length
         return batch
-
-
-def track_batch_epochs() -> None:
-    """Have aiokafka's fetcher read fetched records through `EpochTrackingRecords`."""
-    aiokafka_fetcher.MemoryRecords = EpochTrackingRecords
 
 
 class EpochedRecords(list):

@@ -1,62 +1,81 @@
-"""The watched topics' records as aiokafka parsed them, taken from its fetcher in bulk.
+"""The watched topics' records as aiokafka parsed them, taken from the worker's fetcher in bulk.
 
 aiokafka parses a fetched record batch in C, then, one record at a time in Python, checks
 its offset, copies it into a ConsumerRecord (a dataclass and a tuple of its headers) and
 yields it through two generator frames to `FetchResult.getall`'s append loop. For a worker
 that validates in about 2 us a record, that costs as much again. For the watched topics
-(`yield_parsed_records`) the fetcher hands over each batch's parsed records in bulk: they
-have every field the validator reads but topic and partition, which are the batch's.
+the worker's fetcher hands over each batch's parsed records in bulk: they have every field
+the validator reads but topic and partition, which are the batch's.
+
+Only the worker's own consumer does (`parse_in_bulk`, called on the aiokafka consumer
+Faust's consumer thread starts for kdiv). Its fetcher reads each fetch response with
+aiokafka's own `Fetcher._proc_fetch_request`, bound to that fetcher alone with other globals:
+its records read through `EpochTrackingRecords` (`kdiv.worker.faustcompat.epochs`), and each
+fetch result of a watched topic made `in_bulk`, still of aiokafka's exact type `FetchResult`,
+which the fetcher checks. No module or class of aiokafka changes: every other aiokafka
+consumer of the process, of any topic, reads as aiokafka alone does.
 
 `_unpack_parsed` is aiokafka 0.14's `PartitionRecords._unpack_records` (CRC check,
 read_committed filtering of aborted transactions, control batches, compacted batches)
 with one change: a batch's records are taken as a list and the fetch position moves past
-the batch at once. That is exact only when the whole fetch result is drained in one
-`getall` without a record limit, which is what `_getall_parsed` does and the only way
-Faust reads (it sets no `broker_max_poll_records`); any other read takes aiokafka's own path.
+the batch at once (tests/unit/test_parsed_records.py compares both paths record by record).
+That is exact only when the whole fetch result is drained in one `getall` without a record
+limit, which is what `_getall_parsed` does and the only way Faust reads (it sets no
+`broker_max_poll_records`); any other read takes aiokafka's own `getall`.
 
 Each partition's records come as `EpochedRecords`, naming the leader epoch of each batch
 (`kdiv.worker.faustcompat.epochs`, for the worker's leader epoch check of log rewinds), and
 the offset the fetch was made at and the position it left (for the worker's check of
 records deleted before validation: a fetch that starts where the last one left off or at
 the next offset to validate was no reset to the log start).
-
-The switch is per process and per topic: another aiokafka consumer of a watched topic in the
-worker's process would get parsed records from `getmany` too. The worker has none (its
-incidents reader follows the incidents topic); keep it so.
 """
 
 from __future__ import annotations
 
+from types import FunctionType, MethodType
+from typing import Any
+
 import aiokafka.errors as errors
-from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+from aiokafka.consumer import fetcher as aiokafka_fetcher
+from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher, FetchResult, PartitionRecords
 
-from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochedRecords, track_batch_epochs
-
-# Topics whose records aiokafka's fetcher hands over as parsed, in this process.
-_PARSED_TOPICS: set[str] = set()
-_unpack_records = PartitionRecords._unpack_records
-_getall = FetchResult.getall
+from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochedRecords, EpochTrackingRecords
 
 
-def yield_parsed_records(topics: frozenset[str]) -> None:
-    """Make every aiokafka consumer of this process return the records of `topics` as
-    parsed, from `getall` without a record limit (see the module doc)."""
-    _PARSED_TOPICS.update(topics)
-    track_batch_epochs()
-    PartitionRecords._unpack_records = _unpack_parsed_or_records
-    FetchResult.getall = _getall_parsed
+def parse_in_bulk(consumer: Any, topics: frozenset[str]) -> None:
+    """Have this started aiokafka consumer, and no other, return the records of `topics` as
+    parsed, from `getmany` (see the module doc). Call before it fetches: right after `start`,
+    while it has no assignment yet."""
+    fetcher = consumer._fetcher
+    read_response = Fetcher._proc_fetch_request
+
+    def bulk_result(tp: Any, **parts: Any) -> FetchResult:
+        result = FetchResult(tp, **parts)
+        return in_bulk(result) if tp.topic in topics else result
+
+    # aiokafka's code, reading these names from its module's globals: here from a copy of
+    # them with kdiv's records and results in place.
+    names = {**aiokafka_fetcher.__dict__, "MemoryRecords": EpochTrackingRecords, "FetchResult": bulk_result}
+    own = FunctionType(
+        read_response.__code__, names, read_response.__name__, read_response.__defaults__, read_response.__closure__
+    )
+    fetcher._proc_fetch_request = MethodType(own, fetcher)
 
 
-def _unpack_parsed_or_records(self: PartitionRecords):
-    if self._tp.topic in _PARSED_TOPICS:
-        return _unpack_parsed(self)
-    return _unpack_records(self)
+def in_bulk(result: FetchResult) -> FetchResult:
+    """Have one fetch result, not yet read, hand its records over parsed and in bulk."""
+    records = result._partition_records
+    # Replaces the generator of aiokafka's own `_unpack_records`, not started yet.
+    records._records_iterator = _unpack_parsed(records)
+    # On the instance: `type(result) is FetchResult` still holds, as the fetcher requires.
+    result.getall = MethodType(_getall_parsed, result)
+    return result
 
 
 def _getall_parsed(self: FetchResult, max_records=None):
+    if max_records is not None:
+        return FetchResult.getall(self, max_records)
     tp = self._topic_partition
-    if max_records is not None or tp.topic not in _PARSED_TOPICS:
-        return _getall(self, max_records)
     if not self.check_assignment(tp) or not self.has_more():
         return []
     records = self._partition_records

@@ -44,6 +44,7 @@ from faust.types import TP, Message
 from kdiv.kafka.tansu import end_offsets
 from kdiv.worker.faustcompat.batches import BatchDrainConsumer
 from kdiv.worker.faustcompat.epochs import end_offsets_for_epochs
+from kdiv.worker.faustcompat.parsed import parse_in_bulk
 
 KAFKA_SCHEME = "kdiv"
 TANSU_SCHEME = "kdiv-tansu"
@@ -76,6 +77,14 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # (Tansu delivers aborted records whatever the isolation level.)
             consumer._isolation_level = "read_committed"
         return consumer
+
+    async def on_start(self) -> None:
+        """Faust's start of the aiokafka consumer; then, before any assignment lets it fetch,
+        its watched topics' records parsed in bulk (`kdiv.worker.faustcompat.parsed`)."""
+        await super().on_start()
+        handler = cast(BatchDrainConsumer, self.consumer).batch_handler
+        if handler is not None:
+            parse_in_bulk(self._ensure_consumer(), handler.topics)
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)

@@ -1,0 +1,52 @@
+"""`GET /overview/`: what the dashboard's first screen shows (kdiv.worker.overview, JSON shape
+in docs/web-views.md). Workers ask each other for their partitions with `scope=local`; the
+incidents every worker reads itself, so they are this worker's."""
+
+from __future__ import annotations
+
+from faust.web import Request
+
+from kdiv.worker.overview import GROUPS_PAGE, MAX_GROUPS_PAGE, GroupsQuery, overview
+from kdiv.worker.web.handlers import Answer, Site
+from kdiv.worker.web.params import LOCAL, int_param, scope
+from kdiv.worker.web.partitions import partitions
+from kdiv.worker.web.reports import report_url
+from kdiv.worker.web.status import health, last_reconciliation
+
+OVERVIEW_PARAMETERS = frozenset({"groups_topic", "groups_partition", "groups_offset", "groups_limit", "scope"})
+
+
+def groups_query(request: Request) -> GroupsQuery:
+    """The incident groups asked for: `groups_topic`, `groups_partition`, `groups_offset`, `groups_limit`."""
+    return GroupsQuery(
+        topic=request.query.get("groups_topic") or None,
+        partition=int_param(request, "groups_partition", None),
+        offset=int_param(request, "groups_offset", 0),
+        limit=int_param(request, "groups_limit", GROUPS_PAGE, minimum=1, maximum=MAX_GROUPS_PAGE),
+    )
+
+
+async def overview_view(site: Site, request: Request) -> Answer:
+    """Data health, the partition grid, incident groups, the fault chart, the last reconciliation."""
+    groups = groups_query(request)
+    worker = site.worker
+    local = partitions(worker, request)
+    if scope(request) == LOCAL:
+        return Answer({"items": local})
+    gathered = await site.peers.gather(request, local)
+    _, worker_health = health(worker)
+    status, last = last_reconciliation(worker)
+    if status != 200:
+        last = {"available": False, "message": last.get("message")}
+    return Answer(
+        overview(
+            list(worker.recent.newest_first()),
+            gathered["items"],
+            worker.clock(),
+            process=worker_health["status"],
+            unavailable_workers=gathered["unavailable_workers"],
+            reconciliation=last,
+            report_url=report_url(worker.settings.reconcile_reports, last.get("run")),
+            groups=groups,
+        )
+    )

@@ -1,0 +1,143 @@
+"""The JSON shapes of the views' items: producers, partitions, incidents, and their times.
+
+Times are given as ms since the epoch and, beside them, as ISO 8601 UTC (null when no date
+can show them); the field names are those of docs/web-views.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+from kdiv.clock import renderable_ms
+from kdiv.div.wire import ChecksumType
+
+
+@dataclass(slots=True)
+class ProducerFaults:
+    """A producer's incidents among those a worker holds: how many of each class, and when."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    first_ms: int | None = None
+    last_ms: int | None = None
+
+    def add(self, incident) -> None:
+        self.counts[incident.verdict] = self.counts.get(incident.verdict, 0) + 1
+        at = incident.detected_at_ms
+        self.first_ms = at if self.first_ms is None else min(self.first_ms, at)
+        self.last_ms = at if self.last_ms is None else max(self.last_ms, at)
+
+
+def faults_by_producer(incidents) -> dict[tuple[str, int, str], ProducerFaults]:
+    """(topic, partition, producer hex) -> its incidents' counts and times."""
+    found: dict[tuple[str, int, str], ProducerFaults] = {}
+    for incident in incidents:
+        if incident.producer is not None:
+            key = (incident.topic, incident.partition, incident.producer)
+            found.setdefault(key, ProducerFaults()).add(incident)
+    return found
+
+
+def producer_json(topic: str, partition: int, guid: bytes, segment, faults: ProducerFaults | None = None) -> dict:
+    """A producer's state as the views show it, with its incidents among those the worker holds."""
+    faults = faults or ProducerFaults()
+    return {
+        "topic": topic,
+        "partition": partition,
+        "producer": guid.hex(),
+        "segment": segment.segment_number,
+        "seq": segment.sequence_number,
+        "status": segment.status.name,
+        "registered": segment.registered,
+        "checksum_type": ChecksumType(segment.checksum_type).name,
+        "last_offset": segment.last_offset,
+        "last_producer_timestamp_ms": segment.last_producer_ts,
+        "last_producer_time": iso_time(segment.last_producer_ts),
+        "first_producer_timestamp_ms": segment.first_seen_ts if segment.first_seen_ts >= 0 else None,
+        "first_producer_time": iso_time(segment.first_seen_ts),
+        "incidents": dict(sorted(faults.counts.items())),
+        "first_incident_ms": faults.first_ms,
+        "first_incident_time": iso_time(faults.first_ms),
+        "last_incident_ms": faults.last_ms,
+        "last_incident_time": iso_time(faults.last_ms),
+    }
+
+
+def changefeed_partition_json(worker, topic: str, partition: int) -> dict:
+    """A changefeed partition assigned here: verified by row checksum, so no DIV state
+    (phase, producers); `records` and `counts` are the rows this worker verified since it started."""
+    changefeeds = worker.changefeeds
+    return {
+        "topic": topic,
+        "partition": partition,
+        "recovering": False,
+        "phase": None,
+        "push_failed": None,
+        "last_offset": changefeeds.last_offsets.get((topic, partition)),
+        "records": changefeeds.records[(topic, partition)],
+        "counts": changefeeds.partition_counts(topic, partition),
+        "producers": None,
+        "lag": worker.lag(topic, partition),
+        "worker": str(worker.app.conf.canonical_url),
+    }
+
+
+def recovering_partition_json(worker, topic: str, partition: int) -> dict:
+    """An assigned partition whose state is still being restored: its owner, no state yet."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "recovering": True,
+        "phase": None,
+        "push_failed": None,
+        "last_offset": None,
+        "records": None,
+        "counts": None,
+        "producers": None,
+        "lag": None,
+        "worker": str(worker.app.conf.canonical_url),
+    }
+
+
+def partition_json(worker, topic: str, partition: int, part) -> dict:
+    """A partition's state, owner and lag as the views show it."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "recovering": False,
+        "phase": "push" if part.in_push else "stream",
+        "push_failed": part.push_failed,
+        "last_offset": part.last_offset,
+        "records": part.records,
+        "counts": {verdict.value: n for verdict, n in part.counts.items()},
+        "producers": len(part.tracker.segments),
+        "lag": worker.lag(topic, partition),
+        "worker": str(worker.app.conf.canonical_url),
+    }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def iso_time(ms: int | None) -> str | None:
+    """ms since the epoch as ISO 8601 UTC; None for none (-1 or less: not known) and for a
+    time no date can show (`renderable_ms`), whose raw number the views give beside it."""
+    if not renderable_ms(ms):
+        return None
+    moment = _EPOCH + timedelta(milliseconds=cast(int, ms))
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def incident_json(incident) -> dict:
+    """An incident as the views show it: its fields (kdiv/incident/schema.json), and its times
+    also as ISO 8601 UTC."""
+    fields = incident.to_json()
+    fields["detected_at"] = iso_time(incident.detected_at_ms)
+    fields["record_time"] = iso_time(incident.record_timestamp_ms)
+    return fields
+
+
+def cursor_of(item: dict) -> str:
+    """A producer item's place in the pages of /producers/: its `next_cursor` when last."""
+    return f"{item['topic']}/{item['partition']}/{item['producer']}"
