@@ -210,7 +210,7 @@ class Reconciliation:
                 changelogs=changelogs,
                 snapshot={
                     "taken_at_ms": snapshot.taken_at_ms,
-                    "records_planned": snapshot.records_planned,
+                    "records_planned": snapshot.only([*changelogs, *topics]).records_planned,
                     "file": SNAPSHOT_JSON,
                 },
             )
@@ -229,6 +229,7 @@ class Reconciliation:
                 read, changelogs, div_topics, compacted, changefeed_topics, committed, partitions
             )
             summary.update(stats)
+            summary["incidents"] = self._live_incidents(snapshot, read)
             code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
             summary.update(
                 exit_code=code, finished_at_ms=int(time.time() * 1000), duration_s=round(time.time() - started, 3)
@@ -277,8 +278,33 @@ class Reconciliation:
                 f"none of the changelogs of application {self.settings.app_id!r} exists "
                 f"({', '.join(changelogs)}): is the application id right?"
             )
-        watched = take_snapshot(self.settings.bootstrap, topics, security=security)
+        # The workers' incidents with the watched topics: the report sets them beside the
+        # findings (kdiv.reconcile.incidents). Its absence is reported, not a failure.
+        incidents = self.settings.incidents
+        watched = take_snapshot(
+            self.settings.bootstrap, [*topics, incidents], security=security, missing_ok=[incidents]
+        )
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
+
+    def _live_incidents(self, snapshot, read) -> dict:
+        """summary["incidents"]: the incidents topic's counts in this run's window, or why
+        there are none (kdiv.reconcile.incidents)."""
+        from kdiv.reconcile.incidents import IncidentWindow, count_incidents, not_read, previous_snapshot_ms
+        from kdiv.reconcile.summary import INCIDENTS_MISSING, INCIDENTS_NOT_IN_SNAPSHOT, INCIDENTS_UNREADABLE
+
+        topic = self.settings.incidents
+        window = IncidentWindow(
+            previous_snapshot_ms(self.args.out, snapshot.taken_at_ms, SNAPSHOT_JSON), snapshot.taken_at_ms
+        )
+        if topic in snapshot.missing:
+            return not_read(topic, window, INCIDENTS_MISSING)
+        if topic not in snapshot.topics:
+            return not_read(topic, window, INCIDENTS_NOT_IN_SNAPSHOT)
+        try:
+            return count_incidents(read([topic]), topic, window)
+        except Exception as failure:  # the findings stand without the incidents; the report says why
+            log.debug("reading %s failed", topic, exc_info=True)
+            return not_read(topic, window, INCIDENTS_UNREADABLE, failure_text(failure))
 
     def _compare(self, read, changelogs, topics, compacted, changefeed_topics, committed, partitions):
         """Findings, sequences and stats: the DIV comparisons over `topics`, row checksums

@@ -31,9 +31,15 @@ table{border-collapse:collapse;margin:.4rem 0 1rem;font-size:.85rem}
 th,td{border:1px solid #d0d7de;padding:.2rem .5rem;text-align:left;vertical-align:top}
 thead th{background:#f6f8fa}
 .num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{white-space:nowrap}
 tr.total td,tr.total th{font-weight:600;background:#f6f8fa}
 tr.behind td{background:#ffebe9}
-td.detail{max-width:40rem;overflow-wrap:anywhere}
+td.detail{min-width:18em;max-width:40rem;overflow-wrap:anywhere}
+.table-box{max-width:100%;overflow-x:auto}
+td.incidents{min-width:13em}
+td code{overflow-wrap:anywhere}
+.warning{color:#953800;background:#fff1e5;padding:.3rem .6rem;border-radius:.3rem}
+.table-box>table{margin-bottom:.4rem}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
 pre{background:#f6f8fa;padding:.6rem;border-radius:.3rem;white-space:pre-wrap;overflow-wrap:anywhere}
 figure{margin:.5rem 0 1rem}
@@ -84,16 +90,25 @@ def table(
         return f'<{tag} class="{css}">{markup}</{tag}>' if css else f"<{tag}>{markup}</{tag}>"
 
     lines = [
+        # The box scrolls a table wider than the page instead of the page itself.
+        '<div class="table-box">',
         f'<table id="{escaped(table_id)}">',
-        "<thead><tr>" + "".join(cell("th", i, escaped(h)) for i, h in enumerate(header)) + "</tr></thead>",
+        "<thead><tr>" + "".join(cell("th", i, breakable(h)) for i, h in enumerate(header)) + "</tr></thead>",
         "<tbody>",
     ]
     for index, row in enumerate(rows):
         css = row_classes[index] if row_classes else ""
         opening = f'<tr class="{css}">' if css else "<tr>"
         lines.append(opening + "".join(cell("td", i, markup) for i, markup in enumerate(row)) + "</tr>")
-    lines += ["</tbody>", "</table>"]
+    lines += ["</tbody>", "</table>", "</div>"]
     return "\n".join(lines)
+
+
+def breakable(name: str) -> str:
+    """Escaped `name` that may wrap after each underscore and dot: class names (SUBJECT_MISMATCH,
+    ...) and topic names (a TiCDC topic's db.table_name) would otherwise make a table wider
+    than the page."""
+    return escaped(name).replace("_", "_<wbr>").replace(".", ".<wbr>")
 
 
 def number(value: int | None) -> str:
