@@ -80,11 +80,11 @@ def not_read(incidents_topic: str, window: IncidentWindow, status: str, error: s
 def count_incidents(records: DataFrame, incidents_topic: str, window: IncidentWindow) -> dict[str, Any]:
     """summary["incidents"] from the incidents topic's records (KAFKA_SCHEMA rows): parsed on
     the executors, only counts per (topic, class) and the first malformed value collected."""
-    latest = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
-    # Each key's latest record; records without a key have no identity to rewrite, so each stands alone.
+    # Each key's latest record; a record without a key has no identity to rewrite, so it stands alone.
+    alone = F.when(F.col("key").isNull(), F.col("offset"))
+    latest = Window.partitionBy("partition", "key", alone).orderBy(F.col("offset").desc())
     current = (
         records.select("partition", "offset", "key", "value")
-        .withColumn("key", F.coalesce(F.col("key"), F.concat(F.lit(b"\x00offset:"), F.col("offset").cast("binary"))))
         .withColumn("rank", F.row_number().over(latest))
         .where((F.col("rank") == 1) & F.col("value").isNotNull())
     )
