@@ -152,6 +152,8 @@ MEASURE = """() => {
         byTopic: {left: box(byTopic).left, right: box(byTopic).right},
         byTopicBoxScrolls: byTopic.parentElement.scrollWidth > byTopic.parentElement.clientWidth,
         detailWidth: box(detail).width,
+        detailRight: box(detail).right,
+        detailBoxRight: box(detail.closest('.table-box')).right,
         digit: digit,
         brokenNumbers: brokenNumbers,
         incidentsCell: [...byTopic.querySelectorAll('tbody tr')]
@@ -187,8 +189,10 @@ def test_the_topic_table_is_whole_inside_the_window(layout: dict) -> None:
     assert not layout["byTopicBoxScrolls"]
 
 
-def test_a_changefeed_detail_is_wide_enough_to_read(layout: dict) -> None:
+def test_a_changefeed_detail_is_wide_enough_to_read_and_in_sight(layout: dict) -> None:
     assert layout["detailWidth"] >= DETAIL_MIN_CHARS * layout["digit"], layout
+    # Its table has the most columns a finding can fill: the detail, last, still needs no scrolling.
+    assert layout["detailRight"] <= min(WIDTH, layout["detailBoxRight"]), layout
 
 
 def test_no_number_is_broken_over_two_lines(layout: dict) -> None:

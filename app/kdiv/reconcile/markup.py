@@ -20,7 +20,8 @@ KEY_HEX_BYTES = 24
 # Inline, so the page stands alone: opened from a mail or an archive, it fetches nothing.
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#1f2328;
- max-width:80rem;margin:1.5rem auto;padding:0 1rem;line-height:1.45}
+ max-width:96rem;margin:1.5rem auto;padding:0 1rem;line-height:1.45}
+p,pre,figure{max-width:80rem}
 h1{font-size:1.5rem;padding:.6rem 1rem;border-radius:.4rem;margin:0 0 .4rem}
 h1.clean{background:#dafbe1;color:#116329}
 h1.discrepancies{background:#ffebe9;color:#a40e26}
@@ -28,7 +29,7 @@ h1.failed{background:#fff1e5;color:#953800}
 h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #d0d7de;padding-bottom:.2rem}
 h3{font-size:1rem;margin-bottom:.2rem}
 table{border-collapse:collapse;margin:.4rem 0 1rem;font-size:.85rem}
-th,td{border:1px solid #d0d7de;padding:.2rem .5rem;text-align:left;vertical-align:top}
+th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top}
 thead th{background:#f6f8fa}
 .num{text-align:right;font-variant-numeric:tabular-nums}
 td.num{white-space:nowrap}
