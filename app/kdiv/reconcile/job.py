@@ -1,14 +1,17 @@
 """The nightly reconciliation: `spark-submit reconcile/main.py [options]`, or `kdiv reconcile`.
 
-1. Snapshot: the changelogs' end offsets are taken first, then the watched topics': every
-   record the tables mention then lies inside the topics' snapshot. The snapshot is saved
+1. Snapshot: the changelogs' end offsets are taken first, then the watched topics' (and the
+   workers' incidents topic's): every record the tables mention then lies inside the topics'
+   snapshot. The snapshot is saved
    beside the report; `--snapshot FILE` runs again on exactly those offsets.
 2. Read the changelogs and the topics through kdiv's Kafka data source (or Spark's own).
 3. Compare: key ledger vs compacted topics, producer state vs every topic, schema ids of
    all restorable state vs the registry. TiCDC changefeed topics (KDIV_TICDC_*) carry no DIV
    headers: every row checksum of theirs is verified instead (kdiv.reconcile.changefeeds).
    Pipeline routes (KDIV_ROUTES): every traced record judged across its hops against the
-   groups' committed offsets, read before the snapshot (kdiv.reconcile.routes).
+   groups' committed offsets, read before the snapshot (kdiv.reconcile.routes). The workers'
+   incidents detected since the previous run's snapshot are counted beside the findings
+   (kdiv.reconcile.incidents).
 4. Report into OUT/<snapshot time>/: summary.json, discrepancies/ (Parquet by topic and
    class), sequences/, report.html, snapshot.json, route_offsets.json (with routes),
    kdiv_reconcile.prom.
