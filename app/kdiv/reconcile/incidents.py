@@ -34,6 +34,7 @@ from kdiv.reconcile.summary import INCIDENTS_READ
 # A malformed value's error text is cut here: it quotes part of the value.
 ERROR_CHARS = 300
 
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _PARSED_SCHEMA = StructType(
     [
         StructField("partition", IntegerType(), False),
@@ -138,6 +139,9 @@ def _parsed(rows: Iterable[Row]) -> Iterator[tuple]:
             incident = Incident.from_value(bytes(row["value"]))
         except Exception as bad:  # noqa: BLE001 - what the parser refuses is the value's fault, not the run's
             yield (row["partition"], row["offset"], None, None, None, _clipped(str(bad)))
+            continue
+        if not _LONG_MIN <= incident.detected_at_ms <= _LONG_MAX:  # JSON numbers have no bound; Spark's longs do
+            yield (row["partition"], row["offset"], None, None, None, "incident field detected_at_ms is out of range")
             continue
         yield (row["partition"], row["offset"], incident.topic, incident.verdict, incident.detected_at_ms, None)
 
