@@ -1,7 +1,7 @@
 """The reconciliation sets the workers' live incidents beside its findings: what the incidents
-topic holds per topic and class, detected between the previous run's snapshot and this one's,
-in the report's topic rows and in summary.json; without an incidents topic, it says the
-counts are unknown rather than showing zeros.
+topic holds per topic and class, detected between the end of the previous run's count (its
+snapshot) and this run's snapshot, in the report's topic rows and in summary.json; without an
+incidents topic, it says the counts are unknown rather than showing zeros.
 """
 
 from __future__ import annotations
@@ -103,18 +103,34 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
         await admin.create_topics([NewTopic(incidents_topic, 2, 1, topic_configs={"cleanup.policy": "compact"})])
     finally:
         await admin.close()
-    in_window = first_snapshot + 1
+    # Counted by the next run, whose window is the whole topic (the run before counted nothing).
+    earlier = incident(orders, "MISSING", 40, first_snapshot - 1)
+    produce(bootstrap, incidents_topic, [(earlier.key, earlier.value)])
+    summary, row = run(spark, bootstrap, registry_url, app_id, orders, out)
+    second_snapshot = summary["snapshot"]["taken_at_ms"]
+    assert summary["incidents"] == {
+        "topic": incidents_topic,
+        "status": "read",
+        "window": {"from_ms": None, "to_ms": second_snapshot},
+        "by_topic": {orders: {"MISSING": 1}},
+        "held": 1,
+        "outside_window": 0,
+        "malformed": 0,
+        "first_malformed": None,
+    }
+    assert row["Live incidents"].startswith("1MISSING: 1/incidents/?topic=")
+
+    in_window = second_snapshot + 1
     missing = [incident(orders, "MISSING", seq, in_window) for seq in (1, 2, 3)]
     corrupt = [incident(orders, "CORRUPT", seq, in_window) for seq in (7, 8)]
     replayed = incident(orders, "CORRUPT", 7, in_window + 1)  # the same fault again: counted once
-    earlier = incident(orders, "MISSING", 40, first_snapshot - 1)  # the previous run's window
     elsewhere = incident(f"payments-{tag}", "MISSING", 1, in_window)
     withdrawn = incident(orders, "DUPLICATE", 9, in_window)
     produce(
         bootstrap,
         incidents_topic,
         [
-            *((i.key, i.value) for i in (*missing, *corrupt, replayed, earlier, elsewhere, withdrawn)),
+            *((i.key, i.value) for i in (*missing, *corrupt, replayed, elsewhere, withdrawn)),
             (withdrawn.key, None),  # a tombstone: the incident is gone
             (b"not-an-incident", b'{"topic": 5}'),
             (b"not-json", b"\xff not even JSON"),
@@ -129,7 +145,7 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
     assert counted == {
         "topic": incidents_topic,
         "status": "read",
-        "window": {"from_ms": first_snapshot, "to_ms": summary["snapshot"]["taken_at_ms"]},
+        "window": {"from_ms": second_snapshot, "to_ms": summary["snapshot"]["taken_at_ms"]},
         "by_topic": {orders: {"CORRUPT": 2, "MISSING": 3}, f"payments-{tag}": {"MISSING": 1}},
         "held": 7,
         "outside_window": 1,
@@ -139,6 +155,6 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
     assert malformed["error"], malformed
     cell = row["Live incidents"]
     assert cell.startswith("5CORRUPT: 2MISSING: 3/incidents/?topic=" + orders), cell
-    assert f"since={first_snapshot}" in cell and f"until={summary['snapshot']['taken_at_ms']}" in cell
+    assert f"since={second_snapshot}" in cell and f"until={summary['snapshot']['taken_at_ms']}" in cell
     # Only the incidents count toward what the snapshot planned to compare.
     assert summary["snapshot"]["records_planned"] == 0

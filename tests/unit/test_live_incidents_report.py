@@ -1,14 +1,14 @@
 """The report's account of the workers' live incidents, from summary["incidents"]: unknown is
 said as such (never zeros), malformed records are counted and named, and the previous run's
-snapshot opens the window."""
+count's end opens the window."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from kdiv.reconcile.incidents import previous_snapshot_ms
+from kdiv.reconcile.incidents import previous_window_end_ms
 from kdiv.reconcile.live_incidents_markup import live_incidents_cell, live_incidents_notes, live_incidents_total
-from kdiv.reconcile.snapshot import PartitionRange, Snapshot
 from kdiv.reconcile.summary import INCIDENTS_MISSING, INCIDENTS_READ, INCIDENTS_UNREADABLE
 
 WINDOW = {"from_ms": None, "to_ms": 1_714_560_000_000}
@@ -55,12 +55,21 @@ def test_malformed_records_and_other_topics_are_named() -> None:
     assert live_incidents_total(incidents) == "3"
 
 
-def test_the_window_opens_at_the_newest_earlier_snapshot(tmp_path: Path) -> None:
-    for name, taken in (("a", 1_000), ("b", 3_000), ("c", 5_000)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "snapshot.json").write_text(Snapshot(taken, (PartitionRange("t", 0, 0, 1),)).to_json())
+def counted_run(reports: Path, name: str, summary: object) -> None:
+    (reports / name).mkdir()
+    (reports / name / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_window_opens_where_the_newest_earlier_count_ended(tmp_path: Path) -> None:
+    for name, ended in (("a", 1_000), ("b", 3_000), ("c", 5_000)):
+        counted_run(tmp_path, name, {"incidents": {"status": INCIDENTS_READ, "window": {"to_ms": ended}}})
+    # Runs that counted nothing opened no window: a failed one, one without the topic, a torn file.
+    counted_run(tmp_path, "failed", {"status": "failed"})
+    counted_run(tmp_path, "missing", {"incidents": {"status": INCIDENTS_MISSING, "window": {"to_ms": 4_000}}})
+    counted_run(tmp_path, "odd", {"incidents": {"status": INCIDENTS_READ, "window": {"to_ms": True}}})
+    counted_run(tmp_path, "list", [1, 2])
     (tmp_path / "torn").mkdir()
-    (tmp_path / "torn" / "snapshot.json").write_text('{"version": 1, "taken_at')
-    assert previous_snapshot_ms(tmp_path, 5_000, "snapshot.json") == 3_000
-    assert previous_snapshot_ms(tmp_path, 1_000, "snapshot.json") is None
-    assert previous_snapshot_ms(tmp_path / "none", 9_000, "snapshot.json") is None
+    (tmp_path / "torn" / "summary.json").write_text('{"incidents": {"sta')
+    assert previous_window_end_ms(tmp_path, 5_000, "summary.json") == 3_000
+    assert previous_window_end_ms(tmp_path, 1_000, "summary.json") is None
+    assert previous_window_end_ms(tmp_path / "none", 9_000, "summary.json") is None

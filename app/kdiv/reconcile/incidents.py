@@ -4,20 +4,21 @@ topic holds per topic and class, in the run's window (summary["incidents"]).
 The topic is read like the others, to the end offset taken with the snapshot. It is compacted
 and a replay rewrites an incident's key, so each key counts once, by its latest record (a
 tombstone deletes it). An incident counts when its detection time falls in the window
-[from_ms, to_ms): from the previous run's snapshot (the newest earlier snapshot.json under the
-same reports directory) or, without one, from the topic's start, to this run's snapshot. The
-bounds match the workers' /incidents/ view (since inclusive, until exclusive), so consecutive
-nights neither overlap nor leave a gap. Values are untrusted: one that is not an incident is
+[from_ms, to_ms): from where the previous run's window ended (its snapshot time; runs that
+failed or could not read the incidents do not count) or, without one, from the topic's start,
+to this run's snapshot. The bounds match the workers' /incidents/ view (since inclusive, until
+exclusive), so consecutive nights neither overlap nor leave a gap. Values are untrusted: one that is not an incident is
 counted and the first named, never a failure of the run.
 
-summary["incidents"]: {"topic", "status" (kdiv.reconcile.summary.INCIDENTS_*), "window": {"from_ms", "to_ms"},
-"by_topic" {topic: {class: incidents in the window}}, "held" (incidents the topic holds),
+summary["incidents"]: {"topic", "status" (kdiv.reconcile.summary.INCIDENTS_*), "window":
+{"from_ms", "to_ms"}, "by_topic" {topic: {class: incidents in the window}}, "held" (incidents the topic holds),
 "outside_window", "malformed", "first_malformed" {"partition", "offset", "error"} or None,
 "error" (when unreadable)}.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from kdiv.config.redact import redacted
-from kdiv.reconcile.snapshot import Snapshot
 from kdiv.reconcile.summary import INCIDENTS_READ
 
 # A malformed value's error text is cut here: it quotes part of the value.
@@ -55,18 +55,25 @@ class IncidentWindow:
     to_ms: int
 
 
-def previous_snapshot_ms(reports_dir: Path, before_ms: int, snapshot_file: str) -> int | None:
-    """The newest snapshot time before `before_ms` among the runs under `reports_dir` (each in a
-    directory of its own holding `snapshot_file`); None without one. A file that is not a
-    snapshot is passed over: it says nothing about when the previous run read."""
+def previous_window_end_ms(reports_dir: Path, before_ms: int, summary_file: str) -> int | None:
+    """Where the newest earlier run's window of incidents ended (its snapshot time), among the
+    runs under `reports_dir` (each in a directory of its own holding `summary_file`) that
+    counted them; None without one. A run that failed, or could not read the incidents, opened
+    no window: the next one starts where the last counted one ended, so no incident falls
+    between two reports. A file that is not such a summary is passed over."""
     newest = None
-    for path in reports_dir.glob(f"*/{snapshot_file}"):
+    for path in reports_dir.glob(f"*/{summary_file}"):
         try:
-            taken = Snapshot.from_json(path.read_text(encoding="utf-8")).taken_at_ms
+            summary = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError):
             continue
-        if taken < before_ms and (newest is None or taken > newest):
-            newest = taken
+        incidents = summary.get("incidents") if isinstance(summary, dict) else None
+        if not isinstance(incidents, dict) or incidents.get("status") != INCIDENTS_READ:
+            continue
+        window = incidents.get("window")
+        ended = window.get("to_ms") if isinstance(window, dict) else None
+        if type(ended) is int and ended < before_ms and (newest is None or ended > newest):
+            newest = ended
     return newest
 
 

@@ -10,7 +10,7 @@
    headers: every row checksum of theirs is verified instead (kdiv.reconcile.changefeeds).
    Pipeline routes (KDIV_ROUTES): every traced record judged across its hops against the
    groups' committed offsets, read before the snapshot (kdiv.reconcile.routes). The workers'
-   incidents detected since the previous run's snapshot are counted beside the findings
+   incidents detected since the previous run's window ended are counted beside the findings
    (kdiv.reconcile.incidents).
 4. Report into OUT/<snapshot time>/: summary.json, discrepancies/ (Parquet by topic and
    class), sequences/, report.html, snapshot.json, route_offsets.json (with routes),
@@ -292,12 +292,13 @@ class Reconciliation:
     def _live_incidents(self, snapshot, read) -> dict:
         """summary["incidents"]: the incidents topic's counts in this run's window, or why
         there are none (kdiv.reconcile.incidents)."""
-        from kdiv.reconcile.incidents import IncidentWindow, count_incidents, not_read, previous_snapshot_ms
+        from kdiv.reconcile.incidents import IncidentWindow, count_incidents, not_read, previous_window_end_ms
+        from kdiv.reconcile.report import SUMMARY_JSON
         from kdiv.reconcile.summary import INCIDENTS_MISSING, INCIDENTS_NOT_IN_SNAPSHOT, INCIDENTS_UNREADABLE
 
         topic = self.settings.incidents
         window = IncidentWindow(
-            previous_snapshot_ms(self.args.out, snapshot.taken_at_ms, SNAPSHOT_JSON), snapshot.taken_at_ms
+            previous_window_end_ms(self.args.out, snapshot.taken_at_ms, SUMMARY_JSON), snapshot.taken_at_ms
         )
         if topic in snapshot.missing:
             return not_read(topic, window, INCIDENTS_MISSING)

@@ -49,9 +49,9 @@ def live_incidents_notes(incidents: Mapping[str, Any], by_topic: Mapping[str, An
     window = incidents.get("window") or {}
     since = window.get("from_ms")
     start = (
-        f"from the previous run's snapshot ({escaped(utc_time(since))})"
+        f"from the previous run's snapshot ({escaped(utc_time(since))}, where its count ended)"
         if since is not None
-        else "from the start of the topic (no earlier run in this reports directory)"
+        else "from the start of the topic (no earlier run in this reports directory counted them)"
     )
     lines = [
         f'<p class="note">Live incidents: the faults the workers reported in {topic}, read to its '
