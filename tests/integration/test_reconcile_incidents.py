@@ -60,13 +60,13 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
     assert failures == []
 
 
-def run(spark, bootstrap, registry_url, app_id, orders, out: Path) -> tuple[dict, dict[str, str]]:
+def run(spark, bootstrap, registry_url, app_id, orders, out: Path) -> tuple[dict, dict[str, dict[str, str]]]:
     code, report, lines = reconcile_in_process(spark, bootstrap, registry_url, app_id, [orders], out)
     assert code == 0, lines
     summary = json.loads((report / "summary.json").read_text())
     page = _Page((report / "report.html").read_text(encoding="utf-8"))
     rows = {row["Topic"]: row for row in table_dicts(page, "counts-by-topic")}
-    return summary, rows[orders]
+    return summary, rows
 
 
 async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(bootstrap, registry_url, spark, tmp_path):
@@ -88,14 +88,14 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
     out = tmp_path / "reports"
 
     # No incidents topic yet: unknown, not zero.
-    summary, row = run(spark, bootstrap, registry_url, app_id, orders, out)
+    summary, rows = run(spark, bootstrap, registry_url, app_id, orders, out)
     first_snapshot = summary["snapshot"]["taken_at_ms"]
     assert summary["incidents"] == {
         "topic": incidents_topic,
         "status": "missing",
         "window": {"from_ms": None, "to_ms": first_snapshot},
     }
-    assert row["Live incidents"] == "unknown"
+    assert rows[orders]["Live incidents"] == rows["All topics"]["Live incidents"] == "unknown"
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -106,7 +106,7 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
     # Counted by the next run, whose window is the whole topic (the run before counted nothing).
     earlier = incident(orders, "MISSING", 40, first_snapshot - 1)
     produce(bootstrap, incidents_topic, [(earlier.key, earlier.value)])
-    summary, row = run(spark, bootstrap, registry_url, app_id, orders, out)
+    summary, rows = run(spark, bootstrap, registry_url, app_id, orders, out)
     second_snapshot = summary["snapshot"]["taken_at_ms"]
     assert summary["incidents"] == {
         "topic": incidents_topic,
@@ -118,7 +118,7 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
         "malformed": 0,
         "first_malformed": None,
     }
-    assert row["Live incidents"].startswith("1MISSING: 1/incidents/?topic=")
+    assert rows[orders]["Live incidents"].startswith("1MISSING: 1/incidents/?topic=")
 
     in_window = second_snapshot + 1
     missing = [incident(orders, "MISSING", seq, in_window) for seq in (1, 2, 3)]
@@ -139,7 +139,7 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
         ],
     )
 
-    summary, row = run(spark, bootstrap, registry_url, app_id, orders, out)
+    summary, rows = run(spark, bootstrap, registry_url, app_id, orders, out)
     counted = summary["incidents"]
     malformed = counted.pop("first_malformed")
     assert counted == {
@@ -153,7 +153,9 @@ async def test_live_incidents_of_the_window_are_counted_by_topic_and_class(boots
     }
     assert malformed["partition"] in (0, 1) and malformed["offset"] >= 0
     assert malformed["error"], malformed
-    cell = row["Live incidents"]
+    cell = rows[orders]["Live incidents"]
+    # The total is the table's topics'; the notes name the incidents on others.
+    assert rows["All topics"]["Live incidents"] == "5"
     assert cell.startswith("5CORRUPT: 2MISSING: 3/incidents/?topic=" + orders), cell
     assert f"since={second_snapshot}" in cell and f"until={summary['snapshot']['taken_at_ms']}" in cell
     # Only the incidents count toward what the snapshot planned to compare.

@@ -5,7 +5,7 @@ which window, and where to look. Counts that could not be read show as unknown, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,10 +25,12 @@ def live_incidents_cell(incidents: Mapping[str, Any], topic: str) -> str:
     return f"<strong>{number(total)}</strong><br>{classes}<br>{_view_path(incidents, topic)}"
 
 
-def live_incidents_total(incidents: Mapping[str, Any]) -> str:
+def live_incidents_total(incidents: Mapping[str, Any], topics: Iterable[str]) -> str:
+    """Markup for the total row: the incidents of the table's `topics` (the notes name the others)."""
     if incidents.get("status") != INCIDENTS_READ:
         return '<span class="note">unknown</span>'
-    return number(sum(sum(per_class.values()) for per_class in (incidents.get("by_topic") or {}).values()))
+    by_topic = incidents.get("by_topic") or {}
+    return number(sum(sum((by_topic.get(topic) or {}).values()) for topic in topics))
 
 
 def live_incidents_notes(incidents: Mapping[str, Any], by_topic: Mapping[str, Any]) -> list[str]:

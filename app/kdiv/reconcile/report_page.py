@@ -205,7 +205,7 @@ def _counts_by_topic(
             number(sum(records_read.values())) if records_read else "—",
             *(number(counts[c]) for c in classes),
             number(sum(counts.values())),
-            *([] if incidents is None else [live_incidents_total(incidents)]),
+            *([] if incidents is None else [live_incidents_total(incidents, by_topic)]),
         )
     )
     column_classes = dict.fromkeys(range(1, len(classes) + 3), "num")
