@@ -1,14 +1,17 @@
 """The nightly reconciliation: `spark-submit reconcile/main.py [options]`, or `kdiv reconcile`.
 
-1. Snapshot: the changelogs' end offsets are taken first, then the watched topics': every
-   record the tables mention then lies inside the topics' snapshot. The snapshot is saved
+1. Snapshot: the changelogs' end offsets are taken first, then the watched topics' (and the
+   workers' incidents topic's): every record the tables mention then lies inside the topics'
+   snapshot. The snapshot is saved
    beside the report; `--snapshot FILE` runs again on exactly those offsets.
 2. Read the changelogs and the topics through kdiv's Kafka data source (or Spark's own).
 3. Compare: key ledger vs compacted topics, producer state vs every topic, schema ids of
    all restorable state vs the registry. TiCDC changefeed topics (KDIV_TICDC_*) carry no DIV
    headers: every row checksum of theirs is verified instead (kdiv.reconcile.changefeeds).
    Pipeline routes (KDIV_ROUTES): every traced record judged across its hops against the
-   groups' committed offsets, read before the snapshot (kdiv.reconcile.routes).
+   groups' committed offsets, read before the snapshot (kdiv.reconcile.routes). The workers'
+   incidents detected since the previous run's window ended are counted beside the findings
+   (kdiv.reconcile.incidents).
 4. Report into OUT/<snapshot time>/: summary.json, discrepancies/ (Parquet by topic and
    class), sequences/, report.html, snapshot.json, route_offsets.json (with routes),
    kdiv_reconcile.prom.
@@ -210,7 +213,7 @@ class Reconciliation:
                 changelogs=changelogs,
                 snapshot={
                     "taken_at_ms": snapshot.taken_at_ms,
-                    "records_planned": snapshot.records_planned,
+                    "records_planned": snapshot.only([*changelogs, *topics]).records_planned,
                     "file": SNAPSHOT_JSON,
                 },
             )
@@ -229,6 +232,7 @@ class Reconciliation:
                 read, changelogs, div_topics, compacted, changefeed_topics, committed, partitions
             )
             summary.update(stats)
+            summary["incidents"] = self._live_incidents(snapshot, read)
             code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
             summary.update(
                 exit_code=code, finished_at_ms=int(time.time() * 1000), duration_s=round(time.time() - started, 3)
@@ -277,8 +281,34 @@ class Reconciliation:
                 f"none of the changelogs of application {self.settings.app_id!r} exists "
                 f"({', '.join(changelogs)}): is the application id right?"
             )
-        watched = take_snapshot(self.settings.bootstrap, topics, security=security)
+        # The workers' incidents with the watched topics: the report sets them beside the
+        # findings (kdiv.reconcile.incidents). Its absence is reported, not a failure.
+        incidents = self.settings.incidents
+        watched = take_snapshot(
+            self.settings.bootstrap, [*topics, incidents], security=security, missing_ok=[incidents]
+        )
         return Snapshot(tables.taken_at_ms, tables.ranges + watched.ranges, tables.missing + watched.missing)
+
+    def _live_incidents(self, snapshot, read) -> dict:
+        """summary["incidents"]: the incidents topic's counts in this run's window, or why
+        there are none (kdiv.reconcile.incidents)."""
+        from kdiv.reconcile.incidents import IncidentWindow, count_incidents, not_read, previous_window_end_ms
+        from kdiv.reconcile.report import SUMMARY_JSON
+        from kdiv.reconcile.summary import INCIDENTS_MISSING, INCIDENTS_NOT_IN_SNAPSHOT, INCIDENTS_UNREADABLE
+
+        topic = self.settings.incidents
+        window = IncidentWindow(
+            previous_window_end_ms(self.args.out, snapshot.taken_at_ms, SUMMARY_JSON), snapshot.taken_at_ms
+        )
+        if topic in snapshot.missing:
+            return not_read(topic, window, INCIDENTS_MISSING)
+        if topic not in snapshot.topics:
+            return not_read(topic, window, INCIDENTS_NOT_IN_SNAPSHOT)
+        try:
+            return count_incidents(read([topic]), topic, window)
+        except Exception as failure:  # the findings stand without the incidents; the report says why
+            log.debug("reading %s failed", topic, exc_info=True)
+            return not_read(topic, window, INCIDENTS_UNREADABLE, failure_text(failure))
 
     def _compare(self, read, changelogs, topics, compacted, changefeed_topics, committed, partitions):
         """Findings, sequences and stats: the DIV comparisons over `topics`, row checksums

@@ -20,7 +20,8 @@ KEY_HEX_BYTES = 24
 # Inline, so the page stands alone: opened from a mail or an archive, it fetches nothing.
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#1f2328;
- max-width:80rem;margin:1.5rem auto;padding:0 1rem;line-height:1.45}
+ max-width:96rem;margin:1.5rem auto;padding:0 1rem;line-height:1.45}
+p,pre,figure{max-width:80rem}
 h1{font-size:1.5rem;padding:.6rem 1rem;border-radius:.4rem;margin:0 0 .4rem}
 h1.clean{background:#dafbe1;color:#116329}
 h1.discrepancies{background:#ffebe9;color:#a40e26}
@@ -28,12 +29,18 @@ h1.failed{background:#fff1e5;color:#953800}
 h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #d0d7de;padding-bottom:.2rem}
 h3{font-size:1rem;margin-bottom:.2rem}
 table{border-collapse:collapse;margin:.4rem 0 1rem;font-size:.85rem}
-th,td{border:1px solid #d0d7de;padding:.2rem .5rem;text-align:left;vertical-align:top}
+th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top}
 thead th{background:#f6f8fa}
 .num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{white-space:nowrap}
 tr.total td,tr.total th{font-weight:600;background:#f6f8fa}
 tr.behind td{background:#ffebe9}
-td.detail{max-width:40rem;overflow-wrap:anywhere}
+td.detail{min-width:18em;max-width:40rem;overflow-wrap:anywhere}
+.table-box{max-width:100%;overflow-x:auto}
+td.incidents{min-width:13em}
+td code{overflow-wrap:anywhere}
+.warning{color:#953800;background:#fff1e5;padding:.3rem .6rem;border-radius:.3rem}
+.table-box>table{margin-bottom:.4rem}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
 pre{background:#f6f8fa;padding:.6rem;border-radius:.3rem;white-space:pre-wrap;overflow-wrap:anywhere}
 figure{margin:.5rem 0 1rem}
@@ -84,16 +91,25 @@ def table(
         return f'<{tag} class="{css}">{markup}</{tag}>' if css else f"<{tag}>{markup}</{tag}>"
 
     lines = [
+        # The box scrolls a table wider than the page instead of the page itself.
+        '<div class="table-box">',
         f'<table id="{escaped(table_id)}">',
-        "<thead><tr>" + "".join(cell("th", i, escaped(h)) for i, h in enumerate(header)) + "</tr></thead>",
+        "<thead><tr>" + "".join(cell("th", i, breakable(h)) for i, h in enumerate(header)) + "</tr></thead>",
         "<tbody>",
     ]
     for index, row in enumerate(rows):
         css = row_classes[index] if row_classes else ""
         opening = f'<tr class="{css}">' if css else "<tr>"
         lines.append(opening + "".join(cell("td", i, markup) for i, markup in enumerate(row)) + "</tr>")
-    lines += ["</tbody>", "</table>"]
+    lines += ["</tbody>", "</table>", "</div>"]
     return "\n".join(lines)
+
+
+def breakable(name: str) -> str:
+    """Escaped `name` that may wrap after each underscore and dot: class names (SUBJECT_MISMATCH,
+    ...) and topic names (a TiCDC topic's db.table_name) would otherwise make a table wider
+    than the page."""
+    return escaped(name).replace("_", "_<wbr>").replace(".", ".<wbr>")
 
 
 def number(value: int | None) -> str:

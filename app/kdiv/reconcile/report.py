@@ -4,7 +4,9 @@
                    `counts` {class: finding rows}, `records` {class: records the findings
                    stand for} and `by_topic` {topic: {class: finding rows}}; with TiCDC
                    changefeeds, `changefeeds` {topic: rows per verdict and per table}; with
-                   pipeline routes, `routes` {route: traces per outcome, and per hop}
+                   pipeline routes, `routes` {route: traces per outcome, and per hop}; from the
+                   job, `incidents`: the workers' live incidents per topic and class in the
+                   run's window, or why they are unknown (kdiv.reconcile.incidents)
   discrepancies/   Parquet of every finding (FINDINGS_SCHEMA, plus CHECKSUM_COLUMNS and
                    ROUTE_COLUMNS when the findings carry them, as the job's do), partitioned
                    topic=.../class=...

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 from kdiv.reconcile.aggregates import SequenceSample, Timeline
 from kdiv.reconcile.changefeed_route_tables import changefeed_section, routes_section
 from kdiv.reconcile.legend import colour, meaning
-from kdiv.reconcile.markup import clipped, duration, escaped, key_markup, number, page, table, utc_time
+from kdiv.reconcile.live_incidents_markup import live_incidents_cell, live_incidents_notes, live_incidents_total
+from kdiv.reconcile.markup import breakable, clipped, duration, escaped, key_markup, number, page, table, utc_time
 from kdiv.reconcile.plots import plot_by_partition, plot_timeline
 from kdiv.reconcile.summary import STATUS_FAILED, run_topics
 
@@ -70,6 +71,9 @@ def render_report(
     body.append(_counts_by_class(counts, records))
 
     body.append("<h2>Findings by topic and class</h2>")
+    incidents = summary.get("incidents")
+    if incidents is not None:
+        body += live_incidents_notes(incidents, by_topic)
     body.append(_counts_by_topic(summary, counts, by_topic))
 
     if "changefeeds" in summary:
@@ -174,19 +178,25 @@ def _counts_by_class(counts: Mapping[str, int], records: Mapping[str, int]) -> s
 def _counts_by_topic(
     summary: Mapping[str, Any], counts: Mapping[str, int], by_topic: Mapping[str, Mapping[str, int]]
 ) -> str:
-    classes = list(counts)
+    # Only the classes found: a column per class a run can report is wider than the page, and
+    # "Findings by class" lists them all.
+    classes = [c for c in counts if counts[c]]
     records_read = summary.get("records_read") or {}
     changelog_records_read = summary.get("changelog_records_read") or {}
+    incidents = summary.get("incidents")
+    # The workers' incidents per topic, a column of their own beside the night's findings.
+    live = [] if incidents is None else [live_incidents_cell(incidents, topic) for topic in sorted(by_topic)]
     topic_rows = []
-    for topic in sorted(by_topic):
+    for index, topic in enumerate(sorted(by_topic)):
         per_class = by_topic[topic]
         read = records_read.get(topic, changelog_records_read.get(topic))
         topic_rows.append(
             (
-                f"<code>{escaped(topic)}</code>",
+                f"<code>{breakable(topic)}</code>",
                 number(read),
                 *(number(per_class.get(c, 0)) for c in classes),
                 number(sum(per_class.values())),
+                *live[index : index + 1],
             )
         )
     topic_rows.append(
@@ -195,13 +205,17 @@ def _counts_by_topic(
             number(sum(records_read.values())) if records_read else "—",
             *(number(counts[c]) for c in classes),
             number(sum(counts.values())),
+            *([] if incidents is None else [live_incidents_total(incidents, by_topic)]),
         )
     )
+    column_classes = dict.fromkeys(range(1, len(classes) + 3), "num")
+    if incidents is not None:
+        column_classes[len(classes) + 3] = "incidents"
     return table(
-        ("Topic", "Records read", *classes, "All classes"),
+        ("Topic", "Records read", *classes, "All classes", *([] if incidents is None else ["Live incidents"])),
         topic_rows,
         table_id="counts-by-topic",
-        column_classes=dict.fromkeys(range(1, len(classes) + 3), "num"),
+        column_classes=column_classes,
         row_classes=[""] * (len(topic_rows) - 1) + ["total"],
     )
 

@@ -20,6 +20,13 @@ STATUS_DISCREPANCIES = "discrepancies"
 STATUS_FAILED = "failed"
 STATUSES = (STATUS_CLEAN, STATUS_DISCREPANCIES, STATUS_FAILED)
 
+# summary["incidents"]["status"] (kdiv.reconcile.incidents): counted; no such topic on the
+# cluster; the read failed; the snapshot (one saved before incidents were read with it) lacks it.
+INCIDENTS_READ = "read"
+INCIDENTS_MISSING = "missing"
+INCIDENTS_UNREADABLE = "unreadable"
+INCIDENTS_NOT_IN_SNAPSHOT = "not_in_snapshot"
+
 
 @dataclass(frozen=True, order=True)
 class ClassCount:
