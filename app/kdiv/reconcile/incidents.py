@@ -138,8 +138,8 @@ def _malformed_json(row: Row) -> dict[str, Any]:
 def _parsed(rows: Iterable[Row]) -> Iterator[tuple]:
     """(partition, offset, topic, class, detected_at_ms, error) of each incident value; runs on
     the executors."""
-    # The worker's own reader of the topic: the report counts what the views show.
-    from kdiv.worker.incidents import Incident
+    # The one reader of the incident shape: the report counts what the views show.
+    from kdiv.incident.shape import Incident
 
     for row in rows:
         try:
