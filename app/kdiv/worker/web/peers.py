@@ -52,6 +52,30 @@ def _is_producer_item(item: object) -> bool:
     )
 
 
+def _by_place(item: dict) -> tuple:
+    return (item["topic"], item["partition"], item.get("producer", ""))
+
+
+def _order_of(key, item: object) -> tuple | None:
+    """An item's place in a merged list, as values that compare with every other item's
+    (strings after numbers); None when the item has no such place."""
+    if not isinstance(item, dict):
+        return None
+    try:
+        parts = key(item)
+    except (KeyError, TypeError, AttributeError):
+        return None
+    order = []
+    for part in parts:
+        if isinstance(part, int) and not isinstance(part, bool):
+            order.append((0, part, ""))
+        elif isinstance(part, str):
+            order.append((1, 0, part))
+        else:
+            return None
+    return tuple(order)
+
+
 async def _read_capped(response, limit: int) -> bytes:
     """The whole body of a peer's answer; ValueError past `limit` bytes."""
     chunks, size = [], 0
@@ -128,17 +152,30 @@ class Peers:
         """Local items plus every peer's, unless this is itself a peer's request."""
         if scope(request) == LOCAL:
             return {"items": local}
+        key = sort_key or _by_place
         answers = await asyncio.gather(*(self.ask(url, request) for url in self.peer_urls()))
-        items = list(local)
+        ordered = [(_order_of(key, item), item) for item in local]
         unavailable = []
         for answer in answers:
             items_there = answer.body.get("items") if isinstance(answer.body, dict) else None
             if answer.status != 200 or not isinstance(items_there, list):
                 unavailable.append(str(answer.url))
-            else:
-                items.extend(items_there)
-        items.sort(key=sort_key or (lambda item: (item["topic"], item["partition"], item.get("producer", ""))))
-        return {"items": items, "unavailable_workers": unavailable}
+                continue
+            refused = 0
+            for item in items_there:
+                order = _order_of(key, item)
+                if order is None:
+                    refused += 1
+                else:
+                    ordered.append((order, item))
+            if refused:
+                # A peer's answer is untrusted: what cannot be placed among ours is left out,
+                # said here and by listing the peer as not (fully) available.
+                path = request.path  # type: ignore[attr-defined]  # aiohttp's Request
+                log.warning("worker %s answered %s with %d item(s) without their place", answer.url, path, refused)
+                unavailable.append(str(answer.url))
+        ordered.sort(key=lambda pair: pair[0] or ())
+        return {"items": [item for _, item in ordered], "unavailable_workers": unavailable}
 
     async def gather_producer_pages(self, request: Request, local: dict) -> dict:
         """This worker's page of producers merged with every peer's page for the same
