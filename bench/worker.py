@@ -19,7 +19,7 @@ Kafka's partitioner or round robin; their END_OF_SEGMENTs at close), then, per r
    (AIOKafkaAdminClient.list_consumer_group_offsets every --poll-s):
      kdiv         the product: `faust -A kdiv.worker.main worker`, tables on. It must report
                   no incident, or the figure measures a fault path;
-     kdiv-audit   the product with the pipeline audit on (README, "Pipeline audit"): the
+     kdiv-audit   the product with the pipeline audit on (docs/pipeline-audit.md): the
                   topic is the source of a route, KDIV_ROUTES="bench=<topic>><group>><sink>",
                   and every data record carries a trace (the writers trace 100%: DivWriter's
                   tracing="*=1"; --trace-rate R traces a share R instead, the writers'
@@ -115,7 +115,7 @@ from kdiv.writer import DivWriter  # noqa: E402
 
 BIN = Path(sys.executable).parent
 VARIANTS = ("kdiv", "kdiv-audit", "faust-count")
-# kdiv-audit: the route whose source is the bench topic (README, "Pipeline audit").
+# kdiv-audit: the route whose source is the bench topic (docs/pipeline-audit.md).
 AUDIT_ROUTE = "bench"
 
 

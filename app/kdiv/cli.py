@@ -48,7 +48,7 @@ def bootstrap_option(command):
 
 
 def kafka_security():
-    """TLS / SASL settings from the worker's KDIV_* variables (README, "Production")."""
+    """TLS / SASL settings from the worker's KDIV_* variables (docs/operations.md#security)."""
     from kdiv.config.security import KafkaSecurity
     from kdiv.config.settings import SettingsError
 

@@ -29,11 +29,11 @@ pytestmark = pytest.mark.broker
 
 ROWS = 240
 # docs/reconcile.md's line, placeholders and all: the test runs that line with them filled in.
-README_LINE = re.compile(r"^kdiv reconcile --master spark://HOST:7077 .*$", re.MULTILINE)
+DOCUMENTED_LINE = re.compile(r"^kdiv reconcile --master spark://HOST:7077 .*$", re.MULTILINE)
 
 
-def readme_cluster_command(master: str, out: Path, textfile: Path) -> list[str]:
-    (line,) = README_LINE.findall((REPO / "docs" / "reconcile.md").read_text())
+def documented_cluster_command(master: str, out: Path, textfile: Path) -> list[str]:
+    (line,) = DOCUMENTED_LINE.findall((REPO / "docs" / "reconcile.md").read_text())
     words = shlex.split(line)
     assert words[:4] == ["kdiv", "reconcile", "--master", "spark://HOST:7077"], line
     filled = {"kdiv": str(Path(sys.executable).with_name("kdiv")), "spark://HOST:7077": master}
@@ -62,7 +62,7 @@ def task_executors(event_log_dir: Path, app_id: str) -> dict[str, int]:
     return counts
 
 
-async def test_the_readme_cluster_command_runs_the_job_on_the_clusters_executors(
+async def test_the_documented_cluster_command_runs_the_job_on_the_clusters_executors(
     bootstrap, registry_url, topic_factory, spark, tmp_path
 ):
     topic = topic_factory(2)
@@ -92,7 +92,7 @@ async def test_the_readme_cluster_command_runs_the_job_on_the_clusters_executors
     with StandaloneCluster(tmp_path / "cluster", workers=2) as cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KDIV_", "SPARK_", "PYSPARK_"))}
         env.update(settings_env, SPARK_CONF_DIR=str(conf_dir), SPARK_LOCAL_IP="127.0.0.1")
-        command = readme_cluster_command(cluster.url, out, textfile)
+        command = documented_cluster_command(cluster.url, out, textfile)
         completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         said = completed.stdout + completed.stderr
         assert completed.returncode == 1, said[-4000:]

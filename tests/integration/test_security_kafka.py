@@ -90,7 +90,7 @@ def secured(pki) -> Iterator[KafkaCluster]:
 
 @dataclass(frozen=True)
 class Secured:
-    """One secured listener and the README's settings for it."""
+    """One secured listener and the settings docs/operations.md#security gives for it."""
 
     mode: str
     bootstrap: str

@@ -144,7 +144,7 @@ def test_dump_and_validate_fail_in_one_line_naming_what(bootstrap):
         assert done.returncode == 2, (args, done.stderr)
         assert f"Error: {says}" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, (args, done.stderr)
-    # schemas check: exit 2 when the broker or registry cannot be read (README).
+    # schemas check: exit 2 when the broker or registry cannot be read (docs/commands.md#exit-status).
     done = subprocess.run(
         [*cli, "schemas", "check", "t", "--bootstrap", "127.0.0.1:1"], capture_output=True, text=True, timeout=120
     )

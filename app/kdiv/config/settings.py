@@ -1,4 +1,4 @@
-"""Worker settings, read from ``KDIV_*`` environment variables (documented in README).
+"""Worker settings, read from ``KDIV_*`` environment variables (every one in docs/settings.md).
 
 Every bad value is reported with the variable's name; nothing falls back silently.
 """
@@ -270,7 +270,7 @@ class Settings:
     seq_window: int = DEFAULT_WINDOW
     incident_topic: str = ""
     initial_phase: str = "stream"
-    # Takeover after a worker dies takes about two session timeouts; see README.
+    # Takeover after a worker dies takes about two session timeouts; see docs/worker.md#takeover.
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 0.5
     standby_replicas: int = 1

@@ -16,7 +16,7 @@
    class), sequences/, report.html, snapshot.json, route_offsets.json (with routes),
    kdiv_reconcile.prom.
 
-Settings are the worker's (`KDIV_*`, README); options override them. Exit status: 0 clean,
+Settings are the worker's (`KDIV_*`, docs/settings.md); options override them. Exit status: 0 clean,
 1 discrepancies, 2 failure (the report then names the error).
 """
 

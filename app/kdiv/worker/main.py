@@ -1,4 +1,4 @@
-"""The worker entry point: ``faust -A kdiv.worker.main worker`` (settings: ``KDIV_*``, see README).
+"""The worker entry point: ``faust -A kdiv.worker.main worker`` (settings: ``KDIV_*``, see docs/settings.md).
 
 Importing this module reads the settings and the cluster (watched topics and their
 partition counts decide the state tables), then builds the Faust app, which registers the
