@@ -24,6 +24,7 @@ from kdiv.worker.faustcompat.epochs import (
 )
 from kdiv.worker.faustcompat.parsed import _unpack_parsed
 from kdiv.worker.service import ValidationWorker
+from kdiv.worker.unit import UnitOfWork
 from tests.harness.streams import Log
 from tests.unit.test_log_rewind import validated
 from tests.unit.test_parsed_records import batch
@@ -115,7 +116,7 @@ def worker_over(consumer: Consumer) -> ValidationWorker:
     worker.app = cast(Any, SimpleNamespace(consumer=consumer))
     worker.detects_rewinds = worker.checks_leader_epochs = True
     worker._leader_epochs = {}
-    worker._pending, worker._unflushed = {}, set()
+    worker.unit = UnitOfWork()
     worker.stats = cast(Any, SimpleNamespace(log_rewinds=0))
     worker.clock = lambda: 1_700_000_000_000
     worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
@@ -170,7 +171,7 @@ async def test_a_new_leader_whose_log_diverged_below_the_validated_offsets_is_a_
     worker._leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
     # The new leader's records already fill the log past the old end: the position is valid.
     assert await worker._log_diverged(("orders", 0), fetched(201, (201, 6)))
-    (incident,) = worker._pending[("orders", 0)]
+    (incident,) = worker.unit.incidents(("orders", 0))
     assert (incident.verdict, incident.offset) == ("LOG_REWOUND", 101)
     assert "offsets 101..200" in incident.detail and "leader epoch" in incident.detail
     assert consumer.restarted == {ORDERS: 101}  # read again from where it diverged

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -46,7 +46,7 @@ from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
 from kdiv.state.values import StateValues
 from kdiv.trace.routes import validate_routes
-from kdiv.worker.audit import PipelineAudit, observations_by_partition
+from kdiv.worker.audit import PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
@@ -54,13 +54,11 @@ from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_le
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
-    hand_over_table_writes,
     recovery_status,
     restored_partitions,
-    send_in_batches,
-    topic_partitions,
 )
-from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
+from kdiv.worker.faustcompat.sink import FaustSink
+from kdiv.worker.faustcompat.tables import partition_items
 from kdiv.worker.faustcompat.transport import (
     broker_url,
     cap_next_seek,
@@ -88,14 +86,13 @@ from kdiv.worker.statecheck import (
     StateSchemaCheck,
     register_state_schema,
 )
+from kdiv.worker.unit import UnitOfWork
 from kdiv.worker.views import register_views
 
 log = logging.getLogger("kdiv.worker")
 
 
 PRODUCER_BATCH_BYTES = 256 * 1024
-# Table writes between two turns of the event loop (each is a RocksDB put and a changelog send).
-TABLE_WRITES_PER_TURN = 500
 # How stale the worker's view of its topics' partitions may get (see build_app).
 METADATA_MAX_AGE_MS = 5_000
 # How long a commit waits for a partition leader to confirm that its log ends lower than
@@ -194,9 +191,16 @@ class ValidationWorker:
             self.audit = PipelineAudit(settings)
             self.topics |= {settings.observations}
             self.trace_table = self._trace_table(settings.audit.partitions)
-        # Validated, not yet written: flushed before Faust commits (see `flush`).
-        self._pending: dict[tuple[str, int], list[Incident]] = {}
-        self._unflushed: set[tuple[str, int]] = set()
+        self.sink = FaustSink(
+            app,
+            settings.incidents,
+            self._ledger_topic_of,
+            self._table_of_topic,
+            settings.observations,
+            self.trace_table if self.audit is not None else None,
+        )
+        # Validated, not yet written: committed before Faust commits (see `flush`).
+        self.unit = UnitOfWork()
         self._unflushed_records = 0
         self._observed: list = []
         # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
@@ -383,29 +387,15 @@ class ValidationWorker:
         ]
         await self._send_incidents(incidents)
 
-    async def _send_ledger_entries(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Future]:
-        """Hand the key ledger entries of `partitions` to the producer; their acks."""
-        acks: list[asyncio.Future] = []
-        for topic, partition in partitions:
-            entries = self.live.take_ledger_writes(topic, partition)
-            if entries:
-                acks += await send_in_batches(self.app, self._ledger_topic_of[topic], partition, entries)
-                self.stats.ledger_entries_sent += len(entries)
-        return acks
-
     async def _send_incidents(self, incidents: list[Incident]) -> None:
         if not incidents:
             return
-        producer = self.app.producer
-        sent = [await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents]
-        await asyncio.gather(*sent)
+        await asyncio.gather(*await self.sink.send_incidents(incidents))
         self.stats.incidents_sent += len(incidents)
 
     # -- watched topics' schemas -------------------------------------------------------------
 
-    async def _judge_schemas(
-        self, framed: dict[tuple[str, int, str, int], list[int]], pending: dict[tuple[str, int], list[Incident]]
-    ) -> None:
+    async def _judge_schemas(self, framed: dict[tuple[str, int, str, int], list[int]], unit: UnitOfWork) -> None:
         """Incidents for framed records whose schema id is unknown or under another subject.
 
         `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
@@ -435,7 +425,8 @@ class ValidationWorker:
                 else f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
                 f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}"
             )
-            pending.setdefault((topic, partition), []).append(
+            unit.add_incident(
+                (topic, partition),
                 schema_incident(
                     topic,
                     partition,
@@ -448,7 +439,7 @@ class ValidationWorker:
                     detail,
                     timestamp,
                     now,
-                )
+                ),
             )
 
     def _highwater(self, topic: str, partition: int) -> int | None:
@@ -571,12 +562,12 @@ class ValidationWorker:
         state was saved may have been validated against the new log as if it went on from
         the old one. Its unflushed work is dropped, its state loaded again as saved, the
         rewind reported, and the partition read again from the new log's beginning."""
-        topics = {t for t, _ in self._unflushed}
+        topics = {t for t, _ in self.unit.partitions}
         if not topics or not self.detects_rewinds:
             return
         ids = await self.topic_ids.current(topics)
         restart = []
-        for topic, partition in sorted(self._unflushed):
+        for topic, partition in self.unit.partitions:
             part = self.live.validator.partitions.get((topic, partition))
             now_id = ids.get(topic)
             if part is None or now_id is None:
@@ -585,7 +576,7 @@ class ValidationWorker:
                 self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
                 continue
             key = (topic, partition)
-            self._pending.pop(key, None)
+            self.unit.drop(key)
             self._watch.pop(key, None)
             self._framed = {k: v for k, v in self._framed.items() if (k[0], k[1]) != key}
             self.live.unload(topic, partition)
@@ -763,8 +754,7 @@ class ValidationWorker:
         for rewind in self.live.take_rewinds():
             key = (rewind.topic, rewind.partition)
             incident = rewind_incident(rewind, now)
-            self._pending.setdefault(key, []).append(incident)
-            self._unflushed.add(key)
+            self.unit.add_incident(key, incident)
             self.stats.log_rewinds += 1
             log.error("%s at %s[%d]: %s", incident.verdict, rewind.topic, rewind.partition, incident.detail)
 
@@ -885,8 +875,7 @@ class ValidationWorker:
             return
         key = (tp.topic, tp.partition)
         incident = deletion_incident(deletion, self.clock())
-        self._pending.setdefault(key, []).append(incident)
-        self._unflushed.add(key)
+        self.unit.add_incident(key, incident)
         # Made again with the producers behind the deletion: their next records are watched.
         self._watch.pop(key, None)
         self.stats.deletions_before_validation += 1
@@ -911,7 +900,7 @@ class ValidationWorker:
                     if partition not in audit.judges:
                         audit.load(partition, partition_items(self.trace_table, partition))
                     audit.receive(partition, records, now)
-                    self._unflushed.add(key)
+                    self.unit.touch(key)
                     continue
                 if audit.is_route_topic(topic):
                     audit.observe(topic, partition, records)
@@ -937,12 +926,12 @@ class ValidationWorker:
                 scanned = scan_div_header(record.headers)
                 if live.opens_unit(record, scanned):
                     # A push marker: what came before it is written before it is judged.
-                    await self._write_units([key])
+                    await self._commit(self.unit.split([key]))
                 result = live.process(record, now, scanned)
                 if result is not None:
                     results.append(result)
                 i += 1
-            self._unflushed.add(key)
+            self.unit.touch(key)
             self._unflushed_records += end
         self._note_rewinds()
         return self._unflushed_records >= self.settings.batch_max
@@ -956,8 +945,8 @@ class ValidationWorker:
         await self.changefeeds.learn_schemas(records)
         incidents = self.changefeeds.verify(topic, partition, records, now)
         if incidents:
-            self._pending.setdefault(key, []).extend(incidents)
-        self._unflushed.add(key)
+            self.unit.add_incidents(key, incidents)
+        self.unit.touch(key)
         self._unflushed_records += len(records)
 
     def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
@@ -969,16 +958,16 @@ class ValidationWorker:
             incidents = incidents_for(result, now, live.deletion_behind(result) if behind else None)
             observed.append((result, incidents[0] if incidents else None))
             if incidents:
-                self._pending.setdefault(key, []).extend(incidents)
+                self.unit.add_incidents(key, incidents)
         results.clear()
 
     async def flush(self) -> None:
         """Write everything validated since the last flush, in the crash protocol's order."""
         if self._framed:
             framed, self._framed = self._framed, {}
-            await self._judge_schemas(framed, self._pending)
+            await self._judge_schemas(framed, self.unit)
         for incident in self.changefeeds.give_up_held(self.clock()):
-            self._pending.setdefault((incident.topic, incident.partition), []).append(incident)
+            self.unit.add_incident((incident.topic, incident.partition), incident)
         if self.audit is not None:
             self._judge_traces()
         await self._check_recreated_topics()
@@ -986,9 +975,7 @@ class ValidationWorker:
         await self._check_high_watermarks()
         self._note_rewinds()
         self._evict_over_limit()
-        await self._write_units(sorted(self._unflushed | self._pending.keys()))
-        await hand_over_table_writes(self.app)
-        self._unflushed.clear()
+        await self._commit(self.unit)
         self._unflushed_records = 0
         observed, self._observed = self._observed, []
         self.runs.observe(observed)
@@ -1004,8 +991,7 @@ class ValidationWorker:
             if eviction is None:
                 continue
             incident = eviction_incident(eviction, now)
-            self._pending.setdefault(key, []).append(incident)
-            self._unflushed.add(key)
+            self.unit.add_incident(key, incident)
             self.stats.producers_evicted += len(eviction.guids)
             log.warning("%s at %s[%d]: %s", incident.verdict, key[0], key[1], incident.detail)
 
@@ -1018,9 +1004,9 @@ class ValidationWorker:
             if verdict.outcome.value != "DELIVERED":
                 incident = trace_incident(verdict, now)
                 log.error("%s on route %s: %s", incident.verdict, verdict.route, verdict.detail)
-                self._pending.setdefault((self.settings.observations, partition), []).append(incident)
+                self.unit.add_incident((self.settings.observations, partition), incident)
         for partition in audit.judges:
-            self._unflushed.add((self.settings.observations, partition))
+            self.unit.touch((self.settings.observations, partition))
 
     def _note_framing(self, topic: str, partition: int, record: FetchedRecord, framed: dict) -> None:
         parts = (
@@ -1042,64 +1028,13 @@ class ValidationWorker:
             else:
                 seen[2] += 1
 
-    async def _write_units(self, partitions: Sequence[tuple[str, int]]) -> None:
-        # Incidents are acknowledged before the state that accounts for them is written: a
-        # crash between the two re-emits them under the same keys, never loses them.
-        # So are the key ledger's entries: a crash before the state re-sends the same entries.
-        incidents = [i for tp in partitions for i in self._pending.pop(tp, ())]
-        acks: list[Awaitable[object]] = [*await self._send_ledger_entries(partitions)]
-        acks += await self._send_observations(partitions)
-        await self._send_incidents(incidents)
-        await asyncio.gather(*acks)
-        trace_acks: list[asyncio.Future] = []
-        for topic, partition in partitions:
-            if topic == self.settings.observations:
-                trace_acks += await self._write_traces(partition)
-                continue
-            writes = self.live.take_writes(topic, partition)
-            with writing_in_partition(topic, partition):
-                if writes is None:
-                    continue
-                table = self._table_of_topic[topic]
-                for n, (key, state) in enumerate(writes.in_order(), 1):
-                    if state is None:
-                        table.pop(key, None)
-                    else:
-                        table[key] = state
-                    if not n % TABLE_WRITES_PER_TURN:
-                        # A unit may write 100,000s of keys (a producer each): the web views
-                        # and /health answer in between. The partition context is this task's.
-                        await asyncio.sleep(0)
-            self.stats.state_writes += 1
-        # The traces table's changelog is sent outside Faust's producer buffer: awaited here,
-        # like the observations, so a failed write fails the flush before anything commits.
-        await asyncio.gather(*trace_acks)
-
-    async def _send_observations(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Future]:
-        """Hand the observations of `partitions`' traced records to the producer, in whole
-        batches per observations partition; their acks."""
-        audit = self.audit
-        if audit is None:
-            return []
-        records = [record for tp in partitions for record in audit.take_observations(*tp)]
-        if not records:
-            return []
-        topic = self.settings.observations
-        acks: list[asyncio.Future] = []
-        by_partition = observations_by_partition(records, await topic_partitions(self.app, topic))
-        for partition, batch in sorted(by_partition.items()):
-            acks += await send_in_batches(self.app, topic, partition, batch)
-        return acks
-
-    async def _write_traces(self, partition: int) -> list[asyncio.Future]:
-        """The changed trace states of one observations partition into the `traces` table;
-        the acks of their changelog records."""
-        changes = cast(PipelineAudit, self.audit).take_changes(partition)
-        if not changes:
-            return []
-        acks = await write_partition(self.app, self.trace_table, self.settings.observations, partition, changes)
-        self.stats.state_writes += 1
-        return acks
+    async def _commit(self, unit: UnitOfWork) -> None:
+        """Take what validation left for the unit's partitions into it, and commit it."""
+        unit.gather(self.live, self.audit, self.settings.observations)
+        committed = await unit.commit(self.sink)
+        self.stats.incidents_sent += committed.incidents
+        self.stats.ledger_entries_sent += committed.ledger_entries
+        self.stats.state_writes += committed.state_writes
 
     # -- incidents, for the views ------------------------------------------------------------
 
