@@ -37,7 +37,7 @@ from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, V
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.committed import read_committed
 from kdiv.kafka.consume import topic_partitions as partitions_of
-from kdiv.kafka.discovery import ClusterView, WatchedTopic
+from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.kafka.topicids import TopicIds
 from kdiv.registry.client import SchemaRegistry
@@ -50,7 +50,6 @@ from kdiv.worker.audit import PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
-from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_leader_epochs, fetched_span
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
@@ -61,24 +60,20 @@ from kdiv.worker.faustcompat.sink import FaustSink
 from kdiv.worker.faustcompat.tables import partition_items
 from kdiv.worker.faustcompat.transport import (
     broker_url,
-    cap_next_seek,
-    leader_epoch_ends,
-    restart_at,
-    restart_from_beginning,
 )
 from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
     RecentIncidents,
-    deletion_incident,
     eviction_incident,
     incidents_for,
-    rewind_incident,
     schema_incident,
     trace_incident,
 )
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
+from kdiv.worker.rewinds import RewindChecks, fetched_highwater
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
     LOCAL_STORE,
@@ -95,19 +90,6 @@ log = logging.getLogger("kdiv.worker")
 PRODUCER_BATCH_BYTES = 256 * 1024
 # How stale the worker's view of its topics' partitions may get (see build_app).
 METADATA_MAX_AGE_MS = 5_000
-# How long a commit waits for a partition leader to confirm that its log ends lower than
-# the last fetch said (`_check_high_watermarks`); unanswered, it asks at the next commit.
-HIGHWATER_CONFIRM_TIMEOUT_S = 5.0
-# How long a batch of a new leader epoch waits for its leader to say where the last epoch
-# validated ends (`_log_diverged`); unanswered, the batch is fetched again.
-LEADER_EPOCH_TIMEOUT_S = 5.0
-# Log start offsets (records deleted before validation, `_check_log_starts`): how long one
-# ListOffsets may take, how often it is tried before a gap is judged without it, and how
-# often idle partitions are polled.
-LOG_START_TIMEOUT_S = 5.0
-LOG_START_ATTEMPTS = 3
-LOG_START_RETRY_S = 0.5
-LOG_START_POLL_MS = 5_000
 
 
 @dataclass
@@ -206,26 +188,34 @@ class ValidationWorker:
         # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
         self._watch: dict[tuple[str, int], set[bytes]] = {}
         self._framed: dict[tuple[str, int, str, int], list[int]] = {}
-        self.topic_ids = TopicIds(settings)
-        # Venice's semantics knows no log rewinds: its verdicts alone, as Venice gives them.
-        self.detects_rewinds = settings.semantics == "exact"
-        # The leader epoch signal of rewinds (`_log_diverged`): per watched partition, the
-        # leader epoch of the last record validated, and that record's offset. In memory:
-        # a worker started afresh learns it from its first batch (the other signals cover
-        # what came before). Kept when the partition is revoked: it still holds when the
-        # partition comes back with the state saved at that offset (a rebalance, as a
-        # broker failure often brings), and not otherwise (`_known_epoch`).
-        self.checks_leader_epochs = self.detects_rewinds
-        self._leader_epochs: dict[tuple[str, int], tuple[int, int]] = {}
         # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
         self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
-        # Log start polls (`_poll_log_starts`): when the next is due, and the partitions the
-        # last one found behind the log start, with their last validated offset then.
-        self._next_log_start_poll_ms = 0
-        self._behind_log_start: dict[TP, int] = {}
-        # Per partition, the position the fetch of its last batch left (`_check_log_starts`).
-        self._fetched_to: dict[TP, int] = {}
+        self.rewinds = RewindChecks(
+            app,
+            self.live,
+            self.unit,
+            self.stats,
+            clock,
+            detects_rewinds=settings.semantics == "exact",
+            topic_ids=TopicIds(settings),
+            cluster=cluster,
+            table_of_topic=self._table_of_topic,
+            assigned_partitions=self.assigned_partitions,
+            forget_batch=self._forget_batch,
+        )
+        self.log_starts = LogStartChecks(
+            app,
+            self.live,
+            self.unit,
+            self.stats,
+            clock,
+            table_of_topic=self._table_of_topic,
+            changefeed_topics=self.changefeed_topics,
+            assigned_partitions=self.assigned_partitions,
+            ensure_loaded=self._ensure_loaded,
+            forget_watch=self._forget_watch,
+        )
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -347,7 +337,7 @@ class ValidationWorker:
         # rebalance, kept partitions included (all are revoked first).
         count = next(n for n, t in self.tables.items() if t is table)
         self._load_assigned(only_partition_count=count)
-        await self._check_topic_ids(count)
+        await self.rewinds.check_topic_ids(count)
         await self._report_state_findings(await self.state_check.check(changelog, ids))
 
     async def watch_state_schemas(self, recheck_s: float) -> None:
@@ -442,16 +432,6 @@ class ValidationWorker:
                 ),
             )
 
-    def _highwater(self, topic: str, partition: int) -> int | None:
-        """The partition's high watermark from the consumer's last fetch, None when unknown."""
-        if self.app.consumer is None:
-            return None
-        try:
-            highwater = self.app.consumer.highwater(TP(topic, partition))
-        except (KeyError, AttributeError):
-            return None
-        return None if highwater is None or highwater < 0 else highwater
-
     def lag(self, topic: str, partition: int) -> int | None:
         """Records between the last validated one and the partition's high watermark."""
         if topic in self.changefeed_topics:
@@ -462,7 +442,7 @@ class ValidationWorker:
         else:
             part = self.live.validator.partitions.get((topic, partition))
             last_offset = None if part is None else part.last_offset
-        highwater = self._highwater(topic, partition)
+        highwater = fetched_highwater(self.app, topic, partition)
         if last_offset is None or highwater is None:
             return None
         return max(highwater - (last_offset + 1), 0)
@@ -482,7 +462,7 @@ class ValidationWorker:
         """Unload revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
-            self._fetched_to.pop(tp, None)
+            self.log_starts.forget(tp)
             self.changefeeds.forget(tp.topic, tp.partition)
             if self.audit is not None:
                 if tp.topic == self.settings.observations:
@@ -530,235 +510,13 @@ class ValidationWorker:
                 )
             self.live.load_errors.clear()
 
-    # -- log rewinds --------------------------------------------------------------------------
+    def _forget_watch(self, key: tuple[str, int]) -> None:
+        self._watch.pop(key, None)
 
-    async def _check_topic_ids(self, partition_count: int) -> None:
-        """After an assignment: loaded partitions of a topic deleted and created again since
-        their state was saved are rewound. Every partition with saved state resumes at the
-        first offset it has not validated when its committed offset is past it (after a
-        rewind that offset counts records of the old log)."""
-        loaded = [
-            (t, p)
-            for t, p in self.assigned_partitions()
-            if self.live.is_loaded(t, p) and cast(WatchedTopic, self.cluster.topic(t)).partitions == partition_count
-        ]
-        if not loaded:
-            return
-        ids = await self.topic_ids.current({t for t, _ in loaded}) if self.detects_rewinds else {}
-        for topic, partition in loaded:
-            if topic in ids:
-                self.live.check_topic_id(topic, partition, ids[topic])
-        caps = {}
-        for topic, partition in loaded:
-            resume = self.live.resume_offset(topic, partition)
-            if resume is not None:
-                caps[TP(topic, partition)] = resume
-        if caps and self.app.consumer is not None:
-            cap_next_seek(self.app.consumer, caps)
-        self._note_rewinds()
-
-    async def _check_recreated_topics(self) -> None:
-        """Before a flush: a partition whose topic was deleted and created again since its
-        state was saved may have been validated against the new log as if it went on from
-        the old one. Its unflushed work is dropped, its state loaded again as saved, the
-        rewind reported, and the partition read again from the new log's beginning."""
-        topics = {t for t, _ in self.unit.partitions}
-        if not topics or not self.detects_rewinds:
-            return
-        ids = await self.topic_ids.current(topics)
-        restart = []
-        for topic, partition in self.unit.partitions:
-            part = self.live.validator.partitions.get((topic, partition))
-            now_id = ids.get(topic)
-            if part is None or now_id is None:
-                continue
-            if part.topic_id in (None, now_id):
-                self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
-                continue
-            key = (topic, partition)
-            self.unit.drop(key)
-            self._watch.pop(key, None)
-            self._framed = {k: v for k, v in self._framed.items() if (k[0], k[1]) != key}
-            self.live.unload(topic, partition)
-            self.live.load_many({key}, self._table_of_topic[topic].items())
-            self.live.check_topic_id(topic, partition, now_id)
-            restart.append(TP(topic, partition))
-        if restart and self.app.consumer is not None:
-            await restart_from_beginning(self.app.consumer, restart)
-        self._note_rewinds()
-
-    async def _check_high_watermarks(self) -> None:
-        """A partition whose log now ends below an offset already validated was truncated.
-
-        The fetch's high watermark only raises the suspicion: a leader just elected cleanly
-        serves fetches with a high watermark below its predecessor's until its followers
-        have fetched again (they learn it lazily), though it lost nothing. The leader's
-        ListOffsets answer decides: it refuses (OFFSET_NOT_AVAILABLE, KIP-207) until its
-        high watermark covers its epoch's start, and from then on a clean leader's is no
-        lower than its predecessor's. A suspicion not confirmed is looked at again at the
-        next commit. Where the leader epoch of the last record validated ends in the leader's
-        log (when known) says where the log was cut, also when records written since have
-        refilled it past the offsets validated."""
-        if not self.detects_rewinds:
-            return
-        suspects: dict[TP, int] = {}
-        for (topic, partition), part in self.live.validator.partitions.items():
-            highwater = self._highwater(topic, partition)
-            if highwater is not None and highwater <= part.last_offset:
-                suspects[TP(topic, partition)] = highwater
-        if not suspects or self.app.consumer is None:
-            return
-        try:
-            ends = await asyncio.wait_for(self.app.consumer.highwaters(*suspects), HIGHWATER_CONFIRM_TIMEOUT_S)
-        except (TimeoutError, KafkaError) as unanswered:
-            log.info(
-                "log ends of %s not confirmed yet (%r): asked again at the next commit", list(suspects), unanswered
-            )
-            return
-        answered: dict[TP, tuple[int, int]] = {}
-        for tp, fetched in sorted(suspects.items()):
-            end = ends.get(tp)
-            if (tp.topic, tp.partition) in self.live.validator.partitions and end is not None and end >= 0:
-                answered[tp] = (end, fetched)
-        if not answered:
-            return
-        # The log's end now is where it was cut only while nothing has been written since, and
-        # a log refilled past the offsets validated no longer looks cut at all: where the
-        # leader epoch last validated ends in the leader's log is where it diverged.
-        diverged = await self._epoch_ends(list(answered))
-        if diverged is None:
-            return
-        truncated: dict[TP, int] = {}
-        for tp, (end, fetched) in answered.items():
-            state = self.live.validator.partitions[(tp.topic, tp.partition)]
-            cuts = [offset for offset in (end, diverged.get(tp)) if offset is not None and offset <= state.last_offset]
-            if not cuts:
-                log.info(
-                    "%s[%d]: a fetch's high watermark %d lay below offset %d validated; its leader says the "
-                    "log ends at %d, and nothing validated is gone from it: no rewind",
-                    tp.topic,
-                    tp.partition,
-                    fetched,
-                    state.last_offset,
-                    end,
-                )
-                continue
-            first = min(cuts)
-            diverged_at = f"it diverged from what was validated at offset {first}, where the leader epoch of the last record validated ends in its log"
-            if end > state.last_offset:
-                detail = (
-                    f"a fetch said the log ends at offset {fetched}, below offset {state.last_offset} validated; it "
-                    f"ends at {end} now (its leader's answer), refilled since, and {diverged_at}"
-                )
-            else:
-                detail = (
-                    f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}), below "
-                    f"offset {state.last_offset} validated" + (f", and {diverged_at}" if first < end else "")
-                )
-            self.live.rewind(tp.topic, tp.partition, first, "high watermark", detail)
-            truncated[tp] = first
-        if not truncated:
-            return
-        # Read on from there: the consumer's position, and what Faust takes as already read,
-        # may lie past it (a fetch out of range starts over at the earliest offset, whose
-        # records Faust then drops as read), and the records written there since are new.
-        await restart_at(self.app.consumer, truncated)
-
-    async def _epoch_ends(self, tps: list[TP]) -> dict[TP, int] | None:
-        """Where the leader epoch last validated ends in each partition leader's log, for the
-        partitions whose epoch is known (OffsetForLeaderEpoch); None when not answered now."""
-        epochs = {tp: self._known_epoch((tp.topic, tp.partition)) for tp in tps}
-        epochs = {tp: epoch for tp, epoch in epochs.items() if epoch != NO_EPOCH}
-        if not epochs or not self.checks_leader_epochs:
-            return {}
-        try:
-            ends = await asyncio.wait_for(leader_epoch_ends(self.app.consumer, epochs), LEADER_EPOCH_TIMEOUT_S)
-        except EpochsUnsupported as old:
-            log.warning("%s: log rewinds are found without leader epochs", old)
-            self.checks_leader_epochs = False
-            return {}
-        except (TimeoutError, KafkaError) as unanswered:
-            log.info(
-                "where the leader epochs %s end is not known yet (%r): asked at the next commit", epochs, unanswered
-            )
-            return None
-        return {tp: end for tp, (_epoch, end) in ends.items() if end >= 0}
-
-    def _known_epoch(self, key: tuple[str, int]) -> int:
-        """The leader epoch of the partition's last validated record, NO_EPOCH when not known:
-        learnt of another record than the one its state ends at now (a rewind since, or
-        another worker's progress while it was revoked)."""
-        known = self._leader_epochs.get(key)
-        part = self.live.validator.partitions.get(key)
-        if known is None or part is None or known[1] != part.last_offset:
-            return NO_EPOCH
-        return known[0]
-
-    def _learn_epoch(self, key: tuple[str, int], newest: int, records: Sequence) -> None:
-        """The epoch of the batch's last record, which validating it makes the last validated
-        one (only when it is new: replays of older epochs teach nothing)."""
-        part = self.live.validator.partitions[key]
-        if newest != NO_EPOCH and records and records[-1].offset > part.last_offset:
-            self._leader_epochs[key] = (newest, records[-1].offset)
-
-    async def _log_diverged(self, key: tuple[str, int], records: Sequence) -> bool:
-        """The leader epoch signal (KIP-320), before a batch is validated. Records of a leader
-        epoch newer than the last batch validated mean the partition changed leaders since:
-        the leader says where the epoch last validated ends in its log, and an end below the
-        next offset to validate means the records from there on, validated, are not in the
-        log. Those offsets are rewound and the partition is read again from that end: the
-        batch is dropped (True), its records fetched again in order. Exact, unlike the high
-        watermark, even when new records have already filled the log past the old end."""
-        epochs = batch_leader_epochs(records)
-        part = self.live.validator.partitions.get(key)
-        if not epochs or part is None:
-            return False
-        newest = epochs[-1][1]
-        known = self._known_epoch(key)
-        if known == NO_EPOCH or newest <= known:
-            self._learn_epoch(key, newest, records)
-            return False
-        tp = TP(*key)
-        position = part.last_offset + 1
-        try:
-            ends = await asyncio.wait_for(leader_epoch_ends(self.app.consumer, {tp: known}), LEADER_EPOCH_TIMEOUT_S)
-        except EpochsUnsupported as old:
-            log.warning("%s: log rewinds are found without leader epochs", old)
-            self.checks_leader_epochs = False
-            return False
-        except (TimeoutError, KafkaError) as unanswered:
-            # Not validated unchecked: fetched again from the same offset, asked again then.
-            log.info("where leader epoch %d of %s[%d] ends is not known yet (%r)", known, *key, unanswered)
-            await restart_at(self.app.consumer, {tp: position})
-            return True
-        epoch, end = ends.get(tp, (NO_EPOCH, -1))
-        if not 0 <= end < position:
-            self._learn_epoch(key, newest, records)
-            return False
-        self.live.rewind(
-            key[0],
-            key[1],
-            end,
-            "leader epoch",
-            f"leader epoch {known}, the last one validated, ends at offset {end} in the leader's log "
-            f"(OffsetForLeaderEpoch{'' if epoch == known else f' answered with epoch {epoch}'}; "
-            f"the log is in epoch {newest} now)",
-        )
-        await restart_at(self.app.consumer, {tp: end})
-        self._note_rewinds()
-        return True
-
-    def _note_rewinds(self) -> None:
-        """Rewinds found by `live` become incidents, written with their partitions' next unit."""
-        now = self.clock()
-        for rewind in self.live.take_rewinds():
-            key = (rewind.topic, rewind.partition)
-            incident = rewind_incident(rewind, now)
-            self.unit.add_incident(key, incident)
-            self.stats.log_rewinds += 1
-            log.error("%s at %s[%d]: %s", incident.verdict, rewind.topic, rewind.partition, incident.detail)
-
-    # -- records deleted before validation ------------------------------------------------------
+    def _forget_batch(self, key: tuple[str, int]) -> None:
+        """Drop what the batch path holds of a partition besides the unit of work (its log is gone)."""
+        self._forget_watch(key)
+        self._framed = {k: v for k, v in self._framed.items() if (k[0], k[1]) != key}
 
     def _ensure_loaded(self, key: tuple[str, int]) -> None:
         """Install a watched partition's saved state if it is not yet."""
@@ -767,120 +525,6 @@ class ValidationWorker:
             if not self.live.is_loaded(*key):  # not in the assignment the consumer reports yet
                 self.live.load(key[0], key[1], self._table_of_topic[key[0]].items())
 
-    async def _check_log_starts(self, batch: Mapping[TP, Sequence]) -> None:
-        """Before a batch is validated: a partition whose records go on past the offset after
-        its last validated one may have lost records to retention or DeleteRecords before they
-        were read (the consumer then resets to the log start). The log start the broker gives
-        tells; a gap alone does not (compaction and transaction markers leave gaps too). Asked
-        now, before the records after the gap are judged, so that each producer's next MISSING
-        can say its records were deleted. Not asked when the batch's fetch started at the next
-        offset to validate or where the previous batch's fetch left off: the records between
-        were none a consumer reads, and the consumer was not reset."""
-        gaps: dict[TP, tuple[int, int]] = {}
-        for tp, records in batch.items():
-            if not records or tp.topic not in self._table_of_topic or tp.topic in self.changefeed_topics:
-                continue
-            key = (tp.topic, tp.partition)
-            self._ensure_loaded(key)
-            validated = self.live.validated_to(*key)
-            fetched_from, fetched_to = fetched_span(records)
-            left_off = self._fetched_to.pop(tp, None)
-            if fetched_to is not None:
-                self._fetched_to[tp] = fetched_to
-            if validated is None or records[0].offset <= validated + 1:
-                continue
-            if fetched_from is not None and (fetched_from <= validated + 1 or fetched_from == left_off):
-                continue
-            gaps[tp] = (validated, records[0].offset)
-        if not gaps:
-            return
-        starts = await self._log_starts(list(gaps), attempts=LOG_START_ATTEMPTS)
-        for tp, (validated, first) in sorted(gaps.items()):
-            start = starts.get(tp)
-            if start is None:
-                log.error(
-                    "log start of %s[%d] unknown: offsets %d..%d, skipped by the consumer, are judged as a gap; "
-                    "records deleted there before validation show as plain MISSING",
-                    tp.topic,
-                    tp.partition,
-                    validated + 1,
-                    first - 1,
-                )
-                continue
-            # Offsets from `first` on are read now: deleted later, they were validated.
-            self._note_deletion(
-                tp,
-                min(start, first),
-                "fetch",
-                f"the consumer read offset {first} next after offset {validated}, and the log starts at offset {start}",
-            )
-
-    async def _poll_log_starts(self) -> None:
-        """Every `LOG_START_POLL_MS`, at a flush: partitions whose log starts past the offset
-        after their last validated one with no record read since to show it (everything up to
-        the end deleted). Found when two polls in a row see the same last validated offset
-        behind the log start, and the consumer has fetched from the new log start (its high
-        watermark is at or past it): a batch fetched before the deletion and not yet
-        validated is validated first, and no high watermark from before the deletion stays
-        below the offsets accounted for."""
-        now = self.clock()
-        if now < self._next_log_start_poll_ms:
-            return
-        self._next_log_start_poll_ms = now + LOG_START_POLL_MS
-        positions: dict[TP, int] = {}
-        for topic, partition in self.assigned_partitions():
-            validated = self.live.validated_to(topic, partition)
-            if validated is not None and topic not in self.changefeed_topics:
-                positions[TP(topic, partition)] = validated
-        behind, self._behind_log_start = self._behind_log_start, {}
-        if not positions:
-            return
-        starts = await self._log_starts(list(positions), attempts=1)
-        for tp, validated in sorted(positions.items()):
-            start = starts.get(tp)
-            if start is None or start <= validated + 1:
-                continue
-            highwater = self._highwater(tp.topic, tp.partition)
-            if behind.get(tp) == validated and highwater is not None and highwater >= start:
-                self._note_deletion(
-                    tp, start, "log start poll", f"the log starts at offset {start}, and nothing after it was read"
-                )
-            else:
-                self._behind_log_start[tp] = validated
-
-    async def _log_starts(self, partitions: list[TP], attempts: int) -> dict[TP, int]:
-        """The partitions' log start offsets (ListOffsets EARLIEST); those the broker did not
-        give after `attempts` tries are left out (and logged)."""
-        consumer = self.app.consumer
-        if consumer is None:
-            return {}
-        failure: BaseException | None = None
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(LOG_START_RETRY_S)
-            try:
-                found = await asyncio.wait_for(consumer.earliest_offsets(*partitions), LOG_START_TIMEOUT_S)
-            except (TimeoutError, KafkaError) as failed:
-                failure = failed
-                continue
-            return {TP(tp.topic, tp.partition): offset for tp, offset in found.items() if offset >= 0}
-        log.warning("log start offsets of %s not read: %r", sorted(f"{t}[{p}]" for t, p in partitions), failure)
-        return {}
-
-    def _note_deletion(self, tp: TP, log_start: int, detected_by: str, detail: str) -> None:
-        """The partition's log starts at `log_start`: records deleted before they were
-        validated become one incident, written with the partition's next unit."""
-        deletion = self.live.log_starts_at(tp.topic, tp.partition, log_start, detected_by, detail)
-        if deletion is None:
-            return
-        key = (tp.topic, tp.partition)
-        incident = deletion_incident(deletion, self.clock())
-        self.unit.add_incident(key, incident)
-        # Made again with the producers behind the deletion: their next records are watched.
-        self._watch.pop(key, None)
-        self.stats.deletions_before_validation += 1
-        log.warning("%s at %s[%d]: %s", incident.verdict, tp.topic, tp.partition, incident.detail)
-
     # -- validation --------------------------------------------------------------------------
 
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
@@ -888,7 +532,7 @@ class ValidationWorker:
         what they change is written by `flush`. True when enough is pending to flush now."""
         now = self.clock()
         live = self.live
-        await self._check_log_starts(batch)
+        await self.log_starts.check_log_starts(batch)
         for tp, records in batch.items():
             key = topic, partition = (tp.topic, tp.partition)
             if topic in self.changefeed_topics:
@@ -905,7 +549,7 @@ class ValidationWorker:
                 if audit.is_route_topic(topic):
                     audit.observe(topic, partition, records)
             self._ensure_loaded(key)
-            if self.checks_leader_epochs and await self._log_diverged(key, records):
+            if self.rewinds.checks_leader_epochs and await self.rewinds.log_diverged(key, records):
                 continue  # read again from where the log diverged
             if topic in self._schema_topics:
                 for record in records:
@@ -933,7 +577,7 @@ class ValidationWorker:
                 i += 1
             self.unit.touch(key)
             self._unflushed_records += end
-        self._note_rewinds()
+        self.rewinds.note_rewinds()
         return self._unflushed_records >= self.settings.batch_max
 
     async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
@@ -970,10 +614,10 @@ class ValidationWorker:
             self.unit.add_incident((incident.topic, incident.partition), incident)
         if self.audit is not None:
             self._judge_traces()
-        await self._check_recreated_topics()
-        await self._poll_log_starts()
-        await self._check_high_watermarks()
-        self._note_rewinds()
+        await self.rewinds.check_recreated_topics()
+        await self.log_starts.poll_log_starts()
+        await self.rewinds.check_high_watermarks()
+        self.rewinds.note_rewinds()
         self._evict_over_limit()
         await self._commit(self.unit)
         self._unflushed_records = 0
