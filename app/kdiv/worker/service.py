@@ -32,7 +32,7 @@ from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
-from kdiv.div.record import FetchedRecord, consumed
+from kdiv.div.record import consumed
 from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
 from kdiv.div.wire import scan_div_header
 from kdiv.kafka.committed import read_committed
@@ -41,9 +41,8 @@ from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.kafka.topicids import TopicIds
 from kdiv.registry.client import SchemaRegistry
-from kdiv.registry.subjects import UNCHECKED, SchemaLookups
-from kdiv.state.framing import schema_id_of
-from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
+from kdiv.registry.subjects import SchemaLookups
+from kdiv.state.tables import ledger_changelog_topic_name, table_name
 from kdiv.state.values import StateValues
 from kdiv.trace.routes import validate_routes
 from kdiv.worker.audit import PipelineAudit
@@ -67,19 +66,16 @@ from kdiv.worker.incidents import (
     RecentIncidents,
     eviction_incident,
     incidents_for,
-    schema_incident,
     trace_incident,
 )
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.logstarts import LogStartChecks
+from kdiv.worker.ownership import Ownership
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
 from kdiv.worker.rewinds import RewindChecks, fetched_highwater
+from kdiv.worker.schemas import SchemaChecks
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
-    LOCAL_STORE,
-    StateFinding,
-    StateSchemaCheck,
-    register_state_schema,
 )
 from kdiv.worker.unit import UnitOfWork
 from kdiv.worker.views import register_views
@@ -127,10 +123,6 @@ class ValidationWorker:
         # The state schema's id comes from the registry once the app runs (`register_state_schema`):
         # until then state is neither loaded nor written, and /health says why.
         self.values = StateValues(LOCAL_STATE_SCHEMA_ID if state_schema_id is None else state_schema_id)
-        self.state_schema_ready = asyncio.Event()
-        self._registering = asyncio.Lock()
-        if state_schema_id is not None:
-            self.state_schema_ready.set()
         self.live = LiveValidation(
             DataIntegrityValidator(
                 lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
@@ -146,25 +138,37 @@ class ValidationWorker:
         self.lookups = SchemaLookups(
             SchemaRegistry(settings.registry), clock=lambda: clock() / 1000, timeout_s=settings.registry.timeout_s
         )
-        self.state_check = StateSchemaCheck(self.lookups, self.values, auto_repair=settings.schema_auto_repair)
         self.restore = RestoreListener(clock)
         self.tables = {n: self._state_table(table_name(n), n) for n in cluster.partition_counts}
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
+        # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
+        self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
+        self.ownership = Ownership(app, cluster, self.live, self.tables, self.changefeed_topics)
         # The key ledger is written, never read, by the worker: a topic of its own, no table.
         self._ledger_topic_of = {
             t.name: ledger_changelog_topic_name(settings.app_id, t.partitions)
             for t in cluster.topics
             if t.compaction_lag_ms is not None
         }
-        self._changelogs = [changelog_topic_name(settings.app_id, n) for n in cluster.partition_counts]
         self.recent = RecentIncidents(settings.recent_incidents)
         # Per incidents-topic partition: the offset `recent` holds every incident before.
         self.incidents_read_to: dict[int, int] = {}
         self.runs = FaultRunLog(log)
         self.stats = WorkerStats()
-        self.load_errors_seen = 0
-        self._schema_judged: set[tuple[str, int, str, int]] = set()
-        self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
+        self.schemas = SchemaChecks(
+            settings,
+            cluster,
+            self.lookups,
+            self.values,
+            self.restore,
+            self.stats,
+            clock,
+            self._send_incidents,
+            state_schema_known=state_schema_id is not None,
+        )
+        # The views read these.
+        self.state_schema_ready = self.schemas.state_schema_ready
+        self.state_check = self.schemas.state_check
         self.topics = frozenset(t.name for t in cluster.topics)
         # The pipeline audit: observations of the route topics' traced records, judged where
         # their trace hashes to in the observations topic (its records go to `process` too).
@@ -187,9 +191,6 @@ class ValidationWorker:
         self._observed: list = []
         # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
         self._watch: dict[tuple[str, int], set[bytes]] = {}
-        self._framed: dict[tuple[str, int, str, int], list[int]] = {}
-        # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
-        self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
         self.rewinds = RewindChecks(
             app,
@@ -213,7 +214,7 @@ class ValidationWorker:
             table_of_topic=self._table_of_topic,
             changefeed_topics=self.changefeed_topics,
             assigned_partitions=self.assigned_partitions,
-            ensure_loaded=self._ensure_loaded,
+            ensure_loaded=self.ownership.ensure_loaded,
             forget_watch=self._forget_watch,
         )
 
@@ -306,131 +307,29 @@ class ValidationWorker:
 
     # -- the state's schemas -----------------------------------------------------------------
 
-    async def register_state_schema(self) -> None:
-        """Register the state schema under each changelog's subject (waiting out registry
-        outages, while the web views answer) and write state with its id from then on."""
-        async with self._registering:
-            if self.state_schema_ready.is_set():
-                return
-            changelogs = state_changelogs(self.settings.app_id, self.cluster)
-            self.values.use(await register_state_schema(self.lookups.registry, changelogs))
-            self.state_schema_ready.set()
-
     async def after_restore(self, table: StateTable, changelog: str) -> None:
         """Register the state schema (first time), end the restore listener, learn the writer
         schemas of the state, load the assigned partitions' state, then check the subject of
         every schema id the state holds."""
         # Here, not at import: the worker and its web views run while the registry is down.
         # Faust awaits this before the stream resumes, so nothing is written before.
-        await self.register_state_schema()
+        await self.schemas.register_state_schema()
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
-        ids = self.restore.first_offsets(changelog)
-        for value in table.values():
-            schema_id = schema_id_of(value)
-            if schema_id is not None and schema_id not in ids:
-                # Held by the local store, not re-read from the changelog this time.
-                ids[schema_id] = (-1, LOCAL_STORE)
-        await self.state_check.learn_writer_schemas(ids)
+        ids = await self.schemas.learn_restored(changelog, table.values())
         # Loaded once the writer schemas of what was restored are known, and before the
         # stream resumes (Faust awaits this), not at each partition's next record: an idle
         # partition's state, owner and lag are in the views and metrics right after every
         # rebalance, kept partitions included (all are revoked first).
         count = next(n for n, t in self.tables.items() if t is table)
-        self._load_assigned(only_partition_count=count)
+        self.ownership.load_assigned(only_partition_count=count)
         await self.rewinds.check_topic_ids(count)
-        await self._report_state_findings(await self.state_check.check(changelog, ids))
-
-    async def watch_state_schemas(self, recheck_s: float) -> None:
-        """Check ids standbys replicate, and look again at open findings (a repair clears them)."""
-        last_recheck = 0.0
-        while True:
-            await asyncio.sleep(1.0)
-            if self.restore.new_ids:
-                self.restore.new_ids = False
-                for changelog in self._changelogs:
-                    await self._report_state_findings(
-                        await self.state_check.check(changelog, self.restore.first_offsets(changelog))
-                    )
-            now = self.clock() / 1000
-            if self.state_check.open and now - last_recheck >= recheck_s:
-                last_recheck = now
-                await self._report_state_findings(await self.state_check.recheck())
-
-    async def _report_state_findings(self, findings: list[StateFinding]) -> None:
-        now = self.clock()
-        incidents = [
-            schema_incident(
-                f.changelog,
-                f.partition,
-                f.first_offset,
-                "value",
-                f.schema_id,
-                f.verdict,
-                f.expected_subject,
-                f.registered_subjects,
-                f.detail,
-                -1,
-                now,
-                resolved_at_ms=now if f.resolved else None,
-            )
-            for f in findings
-        ]
-        await self._send_incidents(incidents)
+        await self.schemas.report_state_findings(await self.state_check.check(changelog, ids))
 
     async def _send_incidents(self, incidents: list[Incident]) -> None:
         if not incidents:
             return
         await asyncio.gather(*await self.sink.send_incidents(incidents))
         self.stats.incidents_sent += len(incidents)
-
-    # -- watched topics' schemas -------------------------------------------------------------
-
-    async def _judge_schemas(self, framed: dict[tuple[str, int, str, int], list[int]], unit: UnitOfWork) -> None:
-        """Incidents for framed records whose schema id is unknown or under another subject.
-
-        `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
-        One incident per identity per worker; a record the registry cannot be asked about
-        now is counted unchecked and its id is asked about again with the next batch.
-        """
-        now = self.clock()
-        for (topic, partition, message_field, schema_id), (offset, timestamp, records) in framed.items():
-            identity = (topic, partition, message_field, schema_id)
-            if identity in self._schema_judged:
-                self.stats.schema_checked_records += records
-                continue
-            strategy = self.settings.subject_strategy(topic)
-            judgement = await self.lookups.judgement(schema_id, topic, strategy, is_key=message_field == "key")
-            verdict, info, expected = judgement.verdict, judgement.info, judgement.expected_subject
-            if verdict == UNCHECKED:
-                self.stats.schema_unchecked_records += records
-                continue
-            self.stats.schema_checked_records += records
-            self._schema_judged.add(identity)
-            if verdict is None:
-                continue
-            registered = tuple(sorted(info.subjects)) if info else ()
-            detail = (
-                f"{message_field} schema id {schema_id} is unknown to the registry"
-                if info is None
-                else f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
-                f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}"
-            )
-            unit.add_incident(
-                (topic, partition),
-                schema_incident(
-                    topic,
-                    partition,
-                    offset,
-                    message_field,
-                    schema_id,
-                    verdict,
-                    expected,
-                    registered,
-                    detail,
-                    timestamp,
-                    now,
-                ),
-            )
 
     def lag(self, topic: str, partition: int) -> int | None:
         """Records between the last validated one and the partition's high watermark."""
@@ -471,44 +370,15 @@ class ValidationWorker:
                     self.audit.forget_source(tp.topic, tp.partition)
 
     def on_assigned(self, assigned: Iterable[TP]) -> None:
-        """Unload loaded partitions that this assignment did not keep."""
-        keep = {(tp.topic, tp.partition) for tp in assigned}
-        for topic, partition in self.live.loaded - keep:
-            self.live.unload(topic, partition)
+        self.ownership.keep_only(assigned)
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
-        """The watched partitions assigned to this worker now, sorted."""
-        if self.app.consumer is None:
-            return []
-        return sorted(
-            (tp.topic, tp.partition)
-            for tp in self.app.consumer.assignment()
-            if self.cluster.topic(tp.topic) is not None
-        )
+        return self.ownership.assigned_partitions()
 
-    def _load_assigned(self, only_partition_count: int | None = None) -> None:
-        """Load every assigned, not yet loaded source partition in one pass per table
-        (only the table of topics with `only_partition_count` partitions, when given)."""
-        wanted_by_table: dict[int, set[tuple[str, int]]] = {}
-        for name, partition in self.assigned_partitions():
-            topic = self.cluster.topic(name)
-            if topic is None or (only_partition_count is not None and topic.partitions != only_partition_count):
-                continue
-            if name in self.changefeed_topics:
-                continue
-            if not self.live.is_loaded(name, partition):
-                wanted_by_table.setdefault(topic.partitions, set()).add((name, partition))
-        for n, wanted in wanted_by_table.items():
-            self.live.load_many(wanted, self.tables[n].items())
-            self.load_errors_seen += len(self.live.load_errors)
-            for error in self.live.load_errors:
-                log.error(
-                    "unreadable state %r in table %s: %s; that producer starts afresh",
-                    error.key,
-                    table_name(n),
-                    error.reason,
-                )
-            self.live.load_errors.clear()
+    @property
+    def load_errors_seen(self) -> int:
+        """State entries that could not be loaded since the worker started."""
+        return self.ownership.load_errors_seen
 
     def _forget_watch(self, key: tuple[str, int]) -> None:
         self._watch.pop(key, None)
@@ -516,14 +386,7 @@ class ValidationWorker:
     def _forget_batch(self, key: tuple[str, int]) -> None:
         """Drop what the batch path holds of a partition besides the unit of work (its log is gone)."""
         self._forget_watch(key)
-        self._framed = {k: v for k, v in self._framed.items() if (k[0], k[1]) != key}
-
-    def _ensure_loaded(self, key: tuple[str, int]) -> None:
-        """Install a watched partition's saved state if it is not yet."""
-        if not self.live.is_loaded(*key):
-            self._load_assigned()
-            if not self.live.is_loaded(*key):  # not in the assignment the consumer reports yet
-                self.live.load(key[0], key[1], self._table_of_topic[key[0]].items())
+        self.schemas.forget(key)
 
     # -- validation --------------------------------------------------------------------------
 
@@ -548,12 +411,10 @@ class ValidationWorker:
                     continue
                 if audit.is_route_topic(topic):
                     audit.observe(topic, partition, records)
-            self._ensure_loaded(key)
+            self.ownership.ensure_loaded(key)
             if self.rewinds.checks_leader_epochs and await self.rewinds.log_diverged(key, records):
                 continue  # read again from where the log diverged
-            if topic in self._schema_topics:
-                for record in records:
-                    self._note_framing(topic, partition, record, self._framed)
+            self.schemas.note_framing(topic, partition, records)
             watch = self._watch.get(key)
             if watch is None:
                 watch = self._watch[key] = live.producers_behind_deletions(topic, partition)
@@ -583,9 +444,7 @@ class ValidationWorker:
     async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
         """A changefeed partition's records: row checksums instead of DIV."""
         topic, partition = key
-        if topic in self._schema_topics:
-            for record in records:
-                self._note_framing(topic, partition, record, self._framed)
+        self.schemas.note_framing(topic, partition, records)
         await self.changefeeds.learn_schemas(records)
         incidents = self.changefeeds.verify(topic, partition, records, now)
         if incidents:
@@ -607,9 +466,7 @@ class ValidationWorker:
 
     async def flush(self) -> None:
         """Write everything validated since the last flush, in the crash protocol's order."""
-        if self._framed:
-            framed, self._framed = self._framed, {}
-            await self._judge_schemas(framed, self.unit)
+        await self.schemas.judge_schemas(self.unit)
         for incident in self.changefeeds.give_up_held(self.clock()):
             self.unit.add_incident((incident.topic, incident.partition), incident)
         if self.audit is not None:
@@ -651,26 +508,6 @@ class ValidationWorker:
                 self.unit.add_incident((self.settings.observations, partition), incident)
         for partition in audit.judges:
             self.unit.touch((self.settings.observations, partition))
-
-    def _note_framing(self, topic: str, partition: int, record: FetchedRecord, framed: dict) -> None:
-        parts = (
-            (("value", record.value), ("key", record.key))
-            if self.settings.schema_check_keys
-            else (("value", record.value),)
-        )
-        for message_field, raw in parts:
-            schema_id = schema_id_of(raw)
-            if schema_id is None:
-                continue
-            seen = framed.get((topic, partition, message_field, schema_id))
-            if seen is None:
-                framed[(topic, partition, message_field, schema_id)] = [
-                    record.offset,
-                    record.timestamp,
-                    1,
-                ]
-            else:
-                seen[2] += 1
 
     async def _commit(self, unit: UnitOfWork) -> None:
         """Take what validation left for the unit's partitions into it, and commit it."""
@@ -798,6 +635,6 @@ def build_app(
 
     @app.task
     async def watch_state_schemas():
-        await worker.watch_state_schemas(settings.schema_recheck_s)
+        await worker.schemas.watch_state_schemas(settings.schema_recheck_s)
 
     return app, worker
