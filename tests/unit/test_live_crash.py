@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
-from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
+from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, scan_div_header
 from kdiv.state.tables import partition_key
 from kdiv.worker.incidents import Incident, incidents_for
 from kdiv.worker.live import LiveValidation
@@ -368,3 +368,20 @@ def test_an_unacknowledged_incident_stops_the_commit_before_the_state():
     with pytest.raises(Crash):
         asyncio.run(unit.commit(sink))
     assert sink.steps == ["incidents"] and [kind for kind, _, _ in sink.log] == ["incident"]
+
+
+def test_bring_forward_applies_a_record_to_its_producer_and_leaves_the_partition_as_saved():
+    records, live = _two_records_of_a_new_producer(12)
+    validator = live.validator
+    live.process(records[0], NOW)
+    part = validator.partition(TOPIC, 0)
+    before = (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts))
+    duplicate = replace(records[0], offset=1)  # seen again: a DUPLICATE, counted by validate
+    found, raw = scan_div_header(duplicate.headers)
+    result = validator.bring_forward(duplicate, NOW, found, raw)
+    assert result.verdict.value == "DUPLICATE"
+    assert (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts)) == before
+    result = validator.bring_forward(records[1], NOW, *scan_div_header(records[1].headers))
+    assert result.verdict.value == "OK"
+    assert validator.partitions[(TOPIC, 0)].tracker.segment(result.guid).last_offset == 1
+    assert (part.last_offset, part.records) == before[2:4]
