@@ -32,9 +32,7 @@ from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
-from kdiv.div.record import consumed
-from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
-from kdiv.div.wire import scan_div_header
+from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy
 from kdiv.kafka.committed import read_committed
 from kdiv.kafka.consume import topic_partitions as partitions_of
 from kdiv.kafka.discovery import ClusterView
@@ -46,6 +44,7 @@ from kdiv.state.tables import ledger_changelog_topic_name, table_name
 from kdiv.state.values import StateValues
 from kdiv.trace.routes import validate_routes
 from kdiv.worker.audit import PipelineAudit
+from kdiv.worker.batchpath import BatchPath
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
@@ -64,9 +63,6 @@ from kdiv.worker.incidents import (
     FaultRunLog,
     Incident,
     RecentIncidents,
-    eviction_incident,
-    incidents_for,
-    trace_incident,
 )
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.logstarts import LogStartChecks
@@ -187,10 +183,6 @@ class ValidationWorker:
         )
         # Validated, not yet written: committed before Faust commits (see `flush`).
         self.unit = UnitOfWork()
-        self._unflushed_records = 0
-        self._observed: list = []
-        # Per partition, the producers whose OK records the bulk path must report (`FaultRunLog`).
-        self._watch: dict[tuple[str, int], set[bytes]] = {}
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
         self.rewinds = RewindChecks(
             app,
@@ -203,7 +195,7 @@ class ValidationWorker:
             cluster=cluster,
             table_of_topic=self._table_of_topic,
             assigned_partitions=self.assigned_partitions,
-            forget_batch=self._forget_batch,
+            forget_batch=lambda key: self.batches.forget_batch(key),
         )
         self.log_starts = LogStartChecks(
             app,
@@ -215,7 +207,25 @@ class ValidationWorker:
             changefeed_topics=self.changefeed_topics,
             assigned_partitions=self.assigned_partitions,
             ensure_loaded=self.ownership.ensure_loaded,
-            forget_watch=self._forget_watch,
+            forget_watch=lambda key: self.batches.forget_watch(key),
+        )
+        self.batches = BatchPath(
+            live=self.live,
+            unit=self.unit,
+            sink=self.sink,
+            runs=self.runs,
+            stats=self.stats,
+            clock=clock,
+            batch_max=settings.batch_max,
+            ownership=self.ownership,
+            schemas=self.schemas,
+            rewinds=self.rewinds,
+            log_starts=self.log_starts,
+            changefeed_topics=self.changefeed_topics,
+            changefeeds=self.changefeeds,
+            audit=self.audit,
+            observations=settings.observations,
+            trace_table=self.trace_table if self.audit is not None else None,
         )
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
@@ -380,142 +390,11 @@ class ValidationWorker:
         """State entries that could not be loaded since the worker started."""
         return self.ownership.load_errors_seen
 
-    def _forget_watch(self, key: tuple[str, int]) -> None:
-        self._watch.pop(key, None)
-
-    def _forget_batch(self, key: tuple[str, int]) -> None:
-        """Drop what the batch path holds of a partition besides the unit of work (its log is gone)."""
-        self._forget_watch(key)
-        self.schemas.forget(key)
-
-    # -- validation --------------------------------------------------------------------------
-
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
-        """Validate fetched records (aiokafka's parsed records, in offset order per partition);
-        what they change is written by `flush`. True when enough is pending to flush now."""
-        now = self.clock()
-        live = self.live
-        await self.log_starts.check_log_starts(batch)
-        for tp, records in batch.items():
-            key = topic, partition = (tp.topic, tp.partition)
-            if topic in self.changefeed_topics:
-                await self._verify_changefeed(key, records, now)
-                continue
-            audit = self.audit
-            if audit is not None:
-                if topic == self.settings.observations:
-                    if partition not in audit.judges:
-                        audit.load(partition, partition_items(self.trace_table, partition))
-                    audit.receive(partition, records, now)
-                    self.unit.touch(key)
-                    continue
-                if audit.is_route_topic(topic):
-                    audit.observe(topic, partition, records)
-            self.ownership.ensure_loaded(key)
-            if self.rewinds.checks_leader_epochs and await self.rewinds.log_diverged(key, records):
-                continue  # read again from where the log diverged
-            self.schemas.note_framing(topic, partition, records)
-            watch = self._watch.get(key)
-            if watch is None:
-                watch = self._watch[key] = live.producers_behind_deletions(topic, partition)
-                watch |= self.runs.producers_in_runs(topic, partition)
-            results: list[ValidationResult] = []
-            i, end = 0, len(records)
-            while True:
-                i = live.process_run(topic, partition, records, i, now, watch, results)
-                self._observe(key, results, now)
-                if i == end:
-                    break
-                # A re-delivery or a push marker, one by one.
-                record = consumed(topic, partition, records[i])
-                scanned = scan_div_header(record.headers)
-                if live.opens_unit(record, scanned):
-                    # A push marker: what came before it is written before it is judged.
-                    await self._commit(self.unit.split([key]))
-                result = live.process(record, now, scanned)
-                if result is not None:
-                    results.append(result)
-                i += 1
-            self.unit.touch(key)
-            self._unflushed_records += end
-        self.rewinds.note_rewinds()
-        return self._unflushed_records >= self.settings.batch_max
-
-    async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
-        """A changefeed partition's records: row checksums instead of DIV."""
-        topic, partition = key
-        self.schemas.note_framing(topic, partition, records)
-        await self.changefeeds.learn_schemas(records)
-        incidents = self.changefeeds.verify(topic, partition, records, now)
-        if incidents:
-            self.unit.add_incidents(key, incidents)
-        self.unit.touch(key)
-        self._unflushed_records += len(records)
-
-    def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
-        """Incidents for `results` (then emptied), pending until their unit is written."""
-        observed = self._observed
-        live = self.live
-        behind = live.behind_deletions
-        for result in results:
-            incidents = incidents_for(result, now, live.deletion_behind(result) if behind else None)
-            observed.append((result, incidents[0] if incidents else None))
-            if incidents:
-                self.unit.add_incidents(key, incidents)
-        results.clear()
+        return await self.batches.process(batch)
 
     async def flush(self) -> None:
-        """Write everything validated since the last flush, in the crash protocol's order."""
-        await self.schemas.judge_schemas(self.unit)
-        for incident in self.changefeeds.give_up_held(self.clock()):
-            self.unit.add_incident((incident.topic, incident.partition), incident)
-        if self.audit is not None:
-            self._judge_traces()
-        await self.rewinds.check_recreated_topics()
-        await self.log_starts.poll_log_starts()
-        await self.rewinds.check_high_watermarks()
-        self.rewinds.note_rewinds()
-        self._evict_over_limit()
-        await self._commit(self.unit)
-        self._unflushed_records = 0
-        observed, self._observed = self._observed, []
-        self.runs.observe(observed)
-        self._watch.clear()
-        self.stats.batches += 1
-
-    def _evict_over_limit(self) -> None:
-        """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
-        recently seen, before their writes (which delete them) and after the incident."""
-        now = self.clock()
-        for key in sorted(self.live.loaded):
-            eviction = self.live.evict_over_limit(*key)
-            if eviction is None:
-                continue
-            incident = eviction_incident(eviction, now)
-            self.unit.add_incident(key, incident)
-            self.stats.producers_evicted += len(eviction.guids)
-            log.warning("%s at %s[%d]: %s", incident.verdict, key[0], key[1], incident.detail)
-
-    def _judge_traces(self) -> None:
-        """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their
-        observations partition's table changes."""
-        audit = cast(PipelineAudit, self.audit)
-        now = self.clock()
-        for partition, verdict in audit.judge(now):
-            if verdict.outcome.value != "DELIVERED":
-                incident = trace_incident(verdict, now)
-                log.error("%s on route %s: %s", incident.verdict, verdict.route, verdict.detail)
-                self.unit.add_incident((self.settings.observations, partition), incident)
-        for partition in audit.judges:
-            self.unit.touch((self.settings.observations, partition))
-
-    async def _commit(self, unit: UnitOfWork) -> None:
-        """Take what validation left for the unit's partitions into it, and commit it."""
-        unit.gather(self.live, self.audit, self.settings.observations)
-        committed = await unit.commit(self.sink)
-        self.stats.incidents_sent += committed.incidents
-        self.stats.ledger_entries_sent += committed.ledger_entries
-        self.stats.state_writes += committed.state_writes
+        await self.batches.flush()
 
     # -- incidents, for the views ------------------------------------------------------------
 
