@@ -26,14 +26,11 @@ from typing import cast
 
 import faust
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
 from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy
-from kdiv.kafka.committed import read_committed
 from kdiv.kafka.consume import topic_partitions as partitions_of
 from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
@@ -42,7 +39,7 @@ from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import SchemaLookups
 from kdiv.state.tables import ledger_changelog_topic_name, table_name
 from kdiv.state.values import StateValues
-from kdiv.trace.routes import validate_routes
+from kdiv.worker import routeoffsets
 from kdiv.worker.audit import PipelineAudit
 from kdiv.worker.batchpath import BatchPath
 from kdiv.worker.changefeeds import ChangefeedChecks
@@ -288,32 +285,8 @@ class ValidationWorker:
 
     async def poll_committed_offsets(self) -> None:
         """The route groups' committed offsets, polled: the judges' evidence of loss."""
-        audit = self.audit
-        if audit is None:
-            return
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.settings.bootstrap,
-            client_id=f"{self.settings.app_id}-audit-offsets",
-            **self.settings.kafka_security.aiokafka_kwargs(),
-        )
-        await admin.start()
-        reported: set[str] = set()
-        try:
-            while True:
-                try:
-                    partitions = {t.name: t.partitions for t in self.cluster.topics}
-                    groups, offsets = await read_committed(admin, audit.routes, partitions)
-                    audit.known_groups = groups
-                    unknown = set(validate_routes(audit.routes, self.settings.audit.route_topics(), groups))
-                    for problem in sorted(unknown - reported):
-                        log.warning("pipeline audit: %s; its traces wait (lag, not loss) until it commits", problem)
-                    reported = unknown
-                    audit.note_committed(offsets)
-                except KafkaError as failed:
-                    log.warning("pipeline audit: committed offsets not read: %s", failed)
-                await asyncio.sleep(self.settings.audit.offsets_poll_s)
-        finally:
-            await admin.close()
+        if self.audit is not None:
+            await routeoffsets.poll_committed_offsets(self.audit, self.settings, self.cluster)
 
     # -- the state's schemas -----------------------------------------------------------------
 
