@@ -119,10 +119,11 @@ class MemorySink:
             self._write("incident", incident.key, incident)
         return []
 
-    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> None:
+    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
         self.steps.append("state")
         for key, value in changes:
             self._write("state", key, value)
+        return []
 
     async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
         self.steps.append("traces")

@@ -9,7 +9,8 @@ order makes a crash at any point lose nothing and report nothing twice):
    acknowledged: a crash after this re-sends the same records under the same keys.
 3. Write each partition's state: the partition state first, then its producers' states, in
    the order of one changelog partition.
-4. Write the open traces of the observations partitions, and wait for their changelog.
+4. Write the open traces of the observations partitions, and wait until the changelog
+   records of the state and the traces are acknowledged.
 5. Release: every write is handed over; the source offsets the unit covers may be committed
    from then on (never before: a commit says everything before it is saved).
 
@@ -47,7 +48,7 @@ class StateSink(Protocol):
         """Step 2: incidents to the incidents topic."""
         ...
 
-    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> None:
+    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
         """Step 3: one partition's state changes, in order, into its table."""
         ...
 
@@ -176,17 +177,17 @@ class UnitOfWork:
         await asyncio.gather(*acks)
         # 3. The state, partition by partition.
         state_writes = 0
+        table_acks: list[Awaitable] = []
         for (topic, partition), part in work:
             if part.has_state:
-                await sink.write_state(topic, partition, part.state)
+                table_acks += await sink.write_state(topic, partition, part.state)
                 state_writes += 1
-        # 4. The open traces, their changelog acknowledged before the offsets commit.
-        trace_acks: list[Awaitable] = []
+        # 4. The open traces; both tables' changelogs acknowledged before the offsets commit.
         for (_topic, partition), part in work:
             if part.traces:
-                trace_acks += await sink.write_traces(partition, part.traces)
+                table_acks += await sink.write_traces(partition, part.traces)
                 state_writes += 1
-        await asyncio.gather(*trace_acks)
+        await asyncio.gather(*table_acks)
         # 5. Released: the source offsets may commit.
         await sink.release()
         return Committed(len(incidents), ledger_entries, state_writes)

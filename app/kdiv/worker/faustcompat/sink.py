@@ -1,20 +1,20 @@
 """The unit of work's sink in a Faust app (`kdiv.worker.unit.StateSink`): Faust's producer for
-the incidents, the key ledger and the observations, the RocksDB tables for state and traces."""
+the incidents, the key ledger and the observations, the RocksDB tables for state and traces.
+
+Both tables are written the same way (`write_partition`): one RocksDB write batch, and the
+changelog records sent outside Faust's producer buffer in whole batches, their acks awaited
+by the unit of work, so a failed write fails the flush before anything commits."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from kdiv.worker.audit import observations_by_partition
 from kdiv.worker.faustcompat.internals import hand_over_table_writes, send_in_batches, topic_partitions
-from kdiv.worker.faustcompat.tables import write_partition, writing_in_partition
+from kdiv.worker.faustcompat.tables import write_partition
 from kdiv.worker.incidents import Incident
 from kdiv.worker.unit import Change
-
-# Table writes between two turns of the event loop (each is a RocksDB put and a changelog send).
-TABLE_WRITES_PER_TURN = 500
 
 
 class FaustSink:
@@ -53,24 +53,14 @@ class FaustSink:
         producer = self.app.producer
         return [await producer.send(self.incidents_topic, i.key, i.value, None, None, None) for i in incidents]
 
-    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> None:
-        """Through the table, key by key: Faust buffers the changelog records, handed over at
-        `release`."""
+    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+        """One RocksDB write batch and the changelog records in whole batches, as for the
+        traces (`write_partition`: Faust's per-key path under exactly_once); the partition is
+        the source partition's, as Faust's co-partitioned tables have it."""
         table = self.table_of_topic[topic]
-        with writing_in_partition(topic, partition):
-            for n, (key, state) in enumerate(changes, 1):
-                if state is None:
-                    table.pop(key, None)
-                else:
-                    table[key] = state
-                if not n % TABLE_WRITES_PER_TURN:
-                    # A unit may write 100,000s of keys (a producer each): the web views
-                    # and /health answer in between. The partition context is this task's.
-                    await asyncio.sleep(0)
+        return list(await write_partition(self.app, table, topic, partition, changes))
 
     async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
-        """Outside Faust's producer buffer: the changelog acks are awaited by the unit, so a
-        failed write fails the flush before anything commits."""
         return list(await write_partition(self.app, self.trace_table, self.observations_topic, partition, changes))
 
     async def release(self) -> None:
