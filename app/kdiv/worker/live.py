@@ -29,11 +29,11 @@ validated, so the records now at those offsets are judged as new.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 from kdiv.div.exact import furthest_seen
-from kdiv.div.ledger import ledger_key, packed_key_validation_of
+from kdiv.div.ledger import packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import (
@@ -45,26 +45,12 @@ from kdiv.div.validator import (
 )
 from kdiv.div.wire import DivHeader, Kind, readable_scanned, scan_div_header
 from kdiv.state.codec import StateDecodeError
-from kdiv.state.tables import parse_key, partition_key, producer_key
+from kdiv.state.tables import parse_key
 from kdiv.state.values import StateValues
+from kdiv.state.writes import StateWrites, ledger_writes, partition_writes
 from kdiv.worker.retention import BehindDeletions, Deletion
 
 _PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
-
-
-@dataclass(slots=True)
-class StateWrites:
-    """Writes for one partition, in order: the partition state first, then its producers."""
-
-    topic: str
-    partition: int
-    partition_value: bytes
-    # (key, value); value None deletes the key (a producer expired by max age or evicted).
-    producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-
-    def in_order(self) -> list[tuple[bytes, bytes | None]]:
-        """(key, value) pairs in the order the crash protocol needs: partition first, then producers."""
-        return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,10 +390,7 @@ class LiveValidation:
         entries = self._ledger.pop((topic, partition), None)
         if not entries:
             return []
-        encode = self.values.encode_packed_key_validation
-        prefix = ledger_key(topic, partition, b"")
-        # DIV control records (None) carry no user data.
-        return [(prefix + key, encode(packed)) for key, packed in entries.items() if packed is not None]
+        return ledger_writes(self.values, topic, partition, entries)
 
     def evict_over_limit(self, topic: str, partition: int) -> Eviction | None:
         """`DataIntegrityValidator.evict_over_limit`; the evicted producers' saved states are
@@ -426,18 +409,11 @@ class LiveValidation:
             return None
         evicted = self._evicted.pop(tp, set())
         checkpoint = self.validator.checkpoint(topic, partition)
-        part = self.validator.partitions[tp]
-        writes = StateWrites(topic, partition, self.values.encode(part))
         if tp in self._rewrite:
             self._rewrite.discard(tp)
             dirty.update(checkpoint.upserts)
-        for guid in sorted(dirty):
-            segment = checkpoint.upserts.get(guid)
-            if segment is not None:
-                writes.producers.append((producer_key(topic, partition, guid), self.values.encode(as_segment(segment))))
-            elif guid in evicted:  # and not seen again since
-                writes.producers.append((producer_key(topic, partition, guid), None))
-        for guid in checkpoint.expired:
-            writes.producers.append((producer_key(topic, partition, guid), None))
+        writes = partition_writes(
+            self.values, topic, partition, self.validator.partitions[tp], checkpoint, dirty, evicted
+        )
         dirty.clear()
         return writes
