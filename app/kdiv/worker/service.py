@@ -1,18 +1,18 @@
-"""The live validator as a Faust application: agents, state tables, incidents.
+"""The live validator as a Faust application: its parts put together, tables and tasks.
 
 The watched topics' records arrive in whole fetched batches (`kdiv.worker.faustcompat.batches`)
-and go to `LiveValidation` in bulk (`process_run`: a result only for what is not an intact
-in-order record), which decides what is new and what is a replay; this module does the I/O in
-the order `kdiv.worker.live` requires: incidents (awaited), then the partition state, then
-producer states, all before the batch's offsets can be committed (Faust flushes its producer
-first).
+and go to the batch path (`kdiv.worker.batchpath`), which adds what they change to the unit
+of work; a flush commits it through the Faust sink in the crash protocol's steps
+(`kdiv.worker.unit`, `kdiv.worker.faustcompat.sink`), before the batch's offsets can be
+committed. Around it: partition ownership (`kdiv.worker.ownership`), log rewinds
+(`kdiv.worker.rewinds`), deletions before validation (`kdiv.worker.logstarts`), schemas
+(`kdiv.worker.schemas`) and the route groups' committed offsets (`kdiv.worker.routeoffsets`).
 
 State lives in one RocksDB table per partition count of the watched topics: Faust keeps a
 table's changelog partition with the source partition of the same number, which only
 holds for topics with the table's partition count. Keys of all watched topics with that
 count share the table: the partition state and producer states of a source partition
-then share one changelog partition, whose order makes the write order above hold after a
-crash too.
+then share one changelog partition, whose order makes the write order hold after a crash too.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class WorkerStats:
 
 
 class ValidationWorker:
-    """The live validator inside the Faust app: validation, state writes, incidents, schema checks."""
+    """The live validator inside the Faust app: its parts, wired to the app's tables and signals."""
 
     def __init__(
         self,
@@ -113,8 +113,8 @@ class ValidationWorker:
         self.cluster = cluster
         self.clock = clock
         lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
-        # The state schema's id comes from the registry once the app runs (`register_state_schema`):
-        # until then state is neither loaded nor written, and /health says why.
+        # The state schema's id comes from the registry once the app runs
+        # (`SchemaChecks.register_state_schema`).
         self.values = StateValues(LOCAL_STATE_SCHEMA_ID if state_schema_id is None else state_schema_id)
         self.live = LiveValidation(
             DataIntegrityValidator(
