@@ -4,7 +4,8 @@ Everything here names what Faust does that kdiv corrects or needs: exact end off
 exact seeks after assignment (`transport`), the watched topics' records in whole batches
 (`batches`, taken from aiokafka in bulk by `parsed`, with their batches' leader epochs and
 OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key by key or in
-whole batches (`tables`), and reads of recovery and assignment
+whole batches (`tables`; the unit of work's writes go through them and Faust's producer in
+`sink`), and reads of recovery and assignment
 state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
 aiokafka names are listed in `PRIVATE_NAMES` too, so one test checks them all.
