@@ -127,12 +127,12 @@ def test_every_reader_takes_the_producer_from_the_same_readable_header(records):
         if header is None:
             # The validator judges no producer, and neither does the ledger or the replay logic.
             assert result.guid is None
-            assert _producer_of(record) == (None, None)
+            assert _producer_of(*scan_div_header(record.headers)) == (None, None)
             entry = key_validation_of(record)
             assert entry is None or entry.producer is None
         else:
             assert result.guid == header.guid
-            assert _producer_of(record) == (header.guid, header.kind)
+            assert _producer_of(*scan_div_header(record.headers)) == (header.guid, header.kind)
             entry = key_validation_of(record)
             if header.kind == Kind.DATA and record.key is not None:
                 assert entry is not None and entry.producer == header.guid and entry.seq == header.seq

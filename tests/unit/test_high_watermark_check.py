@@ -11,8 +11,9 @@ from typing import Any, cast
 from aiokafka.errors import UnknownError
 from faust.types import TP
 
-from kdiv.worker import service
-from kdiv.worker.service import ValidationWorker
+from kdiv.worker import rewinds
+from kdiv.worker.rewinds import RewindChecks
+from kdiv.worker.unit import UnitOfWork
 from tests.harness.streams import Log
 from tests.unit.test_log_rewind import validated
 
@@ -52,20 +53,16 @@ class Consumer:
         self.restarted.update(offsets)
 
 
-def worker_over(consumer: Consumer) -> ValidationWorker:
-    """A worker with only what the check reads: the validated partitions and the consumer."""
-    worker = ValidationWorker.__new__(ValidationWorker)
-    worker.app = cast(Any, SimpleNamespace(consumer=consumer))
-    worker.detects_rewinds = worker.checks_leader_epochs = True
-    worker._leader_epochs = {}
-    worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
-    return worker
+def worker_over(consumer: Consumer) -> RewindChecks:
+    """The worker's rewind checks with only what the check reads: the validated partitions and the consumer."""
+    live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
+    return RewindChecks(cast(Any, SimpleNamespace(consumer=consumer)), live, UnitOfWork(), None, lambda: 0)
 
 
 async def test_a_lagging_high_watermark_the_leader_does_not_confirm_is_no_rewind():
     consumer = Consumer(fetched=150, answer=201)
     worker = worker_over(consumer)
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     assert consumer.asked == 1
     assert worker.live.take_rewinds() == [] and consumer.restarted == {}
     assert worker.live.validator.partitions[("orders", 0)].last_offset == 200
@@ -75,13 +72,13 @@ async def test_a_leader_refusing_to_answer_is_asked_again_at_the_next_commit():
     # OFFSET_NOT_AVAILABLE (KIP-207), which aiokafka 0.14 knows only as UnknownError.
     consumer = Consumer(fetched=150, answer=UnknownError("offset not available"))
     worker = worker_over(consumer)
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     assert worker.live.take_rewinds() == []
 
     assert consumer.restarted == {}
 
     consumer.answer = 150  # a truncated log, confirmed
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     (rewind,) = worker.live.take_rewinds()
     assert (rewind.first_offset, rewind.last_offset, rewind.detected_by) == (150, 200, "high watermark")
     assert "ends at offset 150" in rewind.detail
@@ -90,16 +87,16 @@ async def test_a_leader_refusing_to_answer_is_asked_again_at_the_next_commit():
 
 
 async def test_a_leader_that_does_not_answer_in_time_holds_no_commit_for_long(monkeypatch):
-    monkeypatch.setattr(service, "HIGHWATER_CONFIRM_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(rewinds, "HIGHWATER_CONFIRM_TIMEOUT_S", 0.05)
     worker = worker_over(Consumer(fetched=150, answer=None))
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     assert worker.live.take_rewinds() == []
 
 
 async def test_a_high_watermark_past_the_validated_offsets_asks_nobody():
     consumer = Consumer(fetched=201, answer=0)
     worker = worker_over(consumer)
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     assert consumer.asked == 0 and worker.live.take_rewinds() == []
 
 
@@ -107,7 +104,7 @@ async def test_the_leader_confirms_a_lower_end_than_the_fetch_said():
     """The rewind starts where the leader says the log ends, not where the fetch said."""
     consumer = Consumer(fetched=190, answer=120)
     worker = worker_over(consumer)
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     (rewind,) = worker.live.take_rewinds()
     assert (rewind.first_offset, rewind.last_offset) == (120, 200)
     assert consumer.restarted == {ORDERS: 120}
@@ -118,8 +115,8 @@ async def test_a_log_refilled_since_its_truncation_is_rewound_from_where_it_dive
     cut (101): the end of the leader epoch last validated says where."""
     consumer = Consumer(fetched=150, answer=151, epoch_end=101)
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (4, 200)  # the epoch of offset 200, the last validated
-    await worker._check_high_watermarks()
+    worker.leader_epochs[("orders", 0)] = (4, 200)  # the epoch of offset 200, the last validated
+    await worker.check_high_watermarks()
     assert consumer.epochs_asked == [{ORDERS: 4}]
     (rewind,) = worker.live.take_rewinds()
     assert (rewind.first_offset, rewind.last_offset, rewind.detected_by) == (101, 200, "high watermark")
@@ -132,8 +129,8 @@ async def test_a_log_refilled_past_the_validated_offsets_is_a_rewind_only_where_
     # offset 200. The leader epoch of offset 200 ends at 101 on the leader: cut there.
     consumer = Consumer(fetched=102, answer=252, epoch_end=101)
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (4, 200)
-    await worker._check_high_watermarks()
+    worker.leader_epochs[("orders", 0)] = (4, 200)
+    await worker.check_high_watermarks()
     (rewind,) = worker.live.take_rewinds()
     assert (rewind.first_offset, rewind.last_offset) == (101, 200)
     assert "refilled since" in rewind.detail and consumer.restarted == {ORDERS: 101}
@@ -141,15 +138,15 @@ async def test_a_log_refilled_past_the_validated_offsets_is_a_rewind_only_where_
     # A new leader that has every record validated (its epoch ends past them): nothing.
     consumer = Consumer(fetched=102, answer=252, epoch_end=201)
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (4, 200)
-    await worker._check_high_watermarks()
+    worker.leader_epochs[("orders", 0)] = (4, 200)
+    await worker.check_high_watermarks()
     assert worker.live.take_rewinds() == [] and consumer.restarted == {}
 
 
 async def test_without_a_known_epoch_the_end_is_the_truncation_point():
     consumer = Consumer(fetched=150, answer=150, epoch_end=101)
     worker = worker_over(consumer)  # a worker started afresh: no epoch validated yet
-    await worker._check_high_watermarks()
+    await worker.check_high_watermarks()
     assert consumer.epochs_asked == []
     (rewind,) = worker.live.take_rewinds()
     assert rewind.first_offset == 150

@@ -23,7 +23,8 @@ from kdiv.worker.faustcompat.epochs import (
     records_from,
 )
 from kdiv.worker.faustcompat.parsed import _unpack_parsed
-from kdiv.worker.service import ValidationWorker
+from kdiv.worker.rewinds import RewindChecks
+from kdiv.worker.unit import UnitOfWork
 from tests.harness.streams import Log
 from tests.unit.test_log_rewind import validated
 from tests.unit.test_parsed_records import batch
@@ -110,16 +111,15 @@ class Consumer:
         self.restarted.update(offsets)
 
 
-def worker_over(consumer: Consumer) -> ValidationWorker:
-    worker = ValidationWorker.__new__(ValidationWorker)
-    worker.app = cast(Any, SimpleNamespace(consumer=consumer))
-    worker.detects_rewinds = worker.checks_leader_epochs = True
-    worker._leader_epochs = {}
-    worker._pending, worker._unflushed = {}, set()
-    worker.stats = cast(Any, SimpleNamespace(log_rewinds=0))
-    worker.clock = lambda: 1_700_000_000_000
-    worker.live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
-    return worker
+def worker_over(consumer: Consumer) -> RewindChecks:
+    live, _ = validated(Log("orders"), range(1, 201))  # offsets 0..200
+    return RewindChecks(
+        cast(Any, SimpleNamespace(consumer=consumer)),
+        live,
+        UnitOfWork(),
+        SimpleNamespace(log_rewinds=0),
+        lambda: 1_700_000_000_000,
+    )
 
 
 def fetched(first: int, *epochs: tuple[int, int]) -> EpochedRecords:
@@ -130,11 +130,11 @@ async def test_the_first_batch_teaches_the_epoch_and_a_later_one_of_the_same_epo
     consumer = Consumer((5, 201))
     worker = worker_over(consumer)
     part = worker.live.validator.partitions[("orders", 0)]
-    assert not await worker._log_diverged(("orders", 0), fetched(201, (201, 5)))
+    assert not await worker.log_diverged(("orders", 0), fetched(201, (201, 5)))
     part.last_offset = 201  # validated
-    assert not await worker._log_diverged(("orders", 0), fetched(202, (202, 5)))
+    assert not await worker.log_diverged(("orders", 0), fetched(202, (202, 5)))
     part.last_offset = 202
-    assert consumer._thread.asked == [] and worker._known_epoch(("orders", 0)) == 5
+    assert consumer._thread.asked == [] and worker.known_epoch(("orders", 0)) == 5
 
 
 async def test_an_epoch_learnt_of_another_record_than_the_last_validated_is_not_known():
@@ -142,35 +142,35 @@ async def test_an_epoch_learnt_of_another_record_than_the_last_validated_is_not_
     moved its state back): the epoch kept is of another record, and is not asked about."""
     consumer = Consumer((4, 101))
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (5, 150)
-    assert worker._known_epoch(("orders", 0)) == NO_EPOCH
-    assert not await worker._log_diverged(("orders", 0), fetched(201, (201, 6)))
-    assert consumer._thread.asked == [] and worker._leader_epochs[("orders", 0)] == (6, 201)
+    worker.leader_epochs[("orders", 0)] = (5, 150)
+    assert worker.known_epoch(("orders", 0)) == NO_EPOCH
+    assert not await worker.log_diverged(("orders", 0), fetched(201, (201, 6)))
+    assert consumer._thread.asked == [] and worker.leader_epochs[("orders", 0)] == (6, 201)
 
 
 async def test_replays_of_an_older_epoch_teach_nothing():
     worker = worker_over(Consumer((0, 0)))
-    assert not await worker._log_diverged(("orders", 0), fetched(150, (100, 2)))
-    assert worker._leader_epochs == {}
+    assert not await worker.log_diverged(("orders", 0), fetched(150, (100, 2)))
+    assert worker.leader_epochs == {}
 
 
 async def test_a_new_leader_holding_every_validated_record_is_no_rewind():
     consumer = Consumer((5, 201))  # epoch 5 ends at 201 on the new leader: all of it is there
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
-    assert not await worker._log_diverged(("orders", 0), fetched(201, (201, 6)))
+    worker.leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
+    assert not await worker.log_diverged(("orders", 0), fetched(201, (201, 6)))
     assert consumer._thread.asked == [{ORDERS: 5}]
     assert worker.live.take_rewinds() == [] and consumer.restarted == {}
-    assert worker._leader_epochs[("orders", 0)] == (6, 201)
+    assert worker.leader_epochs[("orders", 0)] == (6, 201)
 
 
 async def test_a_new_leader_whose_log_diverged_below_the_validated_offsets_is_a_rewind_from_there():
     consumer = Consumer((4, 101))  # it never had epoch 5: its log went on in epoch 6 from offset 101
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
+    worker.leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
     # The new leader's records already fill the log past the old end: the position is valid.
-    assert await worker._log_diverged(("orders", 0), fetched(201, (201, 6)))
-    (incident,) = worker._pending[("orders", 0)]
+    assert await worker.log_diverged(("orders", 0), fetched(201, (201, 6)))
+    (incident,) = worker.unit.incidents(("orders", 0))
     assert (incident.verdict, incident.offset) == ("LOG_REWOUND", 101)
     assert "offsets 101..200" in incident.detail and "leader epoch" in incident.detail
     assert consumer.restarted == {ORDERS: 101}  # read again from where it diverged
@@ -180,24 +180,24 @@ async def test_a_new_leader_whose_log_diverged_below_the_validated_offsets_is_a_
 async def test_an_unanswered_question_fetches_the_batch_again_unvalidated():
     consumer = Consumer(NotLeaderForPartitionError())
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
-    assert await worker._log_diverged(("orders", 0), fetched(201, (201, 6)))
+    worker.leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
+    assert await worker.log_diverged(("orders", 0), fetched(201, (201, 6)))
     assert consumer.restarted == {ORDERS: 201} and worker.live.take_rewinds() == []
-    assert worker._known_epoch(("orders", 0)) == 5  # asked again with the batch fetched again
+    assert worker.known_epoch(("orders", 0)) == 5  # asked again with the batch fetched again
 
 
 async def test_a_broker_without_the_request_turns_the_signal_off():
     consumer = Consumer(EpochsUnsupported("node 1 does not answer OffsetForLeaderEpoch v3"))
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
-    assert not await worker._log_diverged(("orders", 0), fetched(201, (201, 6)))
+    worker.leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
+    assert not await worker.log_diverged(("orders", 0), fetched(201, (201, 6)))
     assert not worker.checks_leader_epochs
 
 
 async def test_records_without_epochs_are_not_checked():
     consumer = Consumer((0, 0))
     worker = worker_over(consumer)
-    worker._leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
-    assert not await worker._log_diverged(("orders", 0), [SimpleNamespace(offset=201)])
-    assert not await worker._log_diverged(("orders", 0), fetched(201, (201, NO_EPOCH)))
+    worker.leader_epochs[("orders", 0)] = (5, 200)  # the epoch of offset 200, the last validated
+    assert not await worker.log_diverged(("orders", 0), [SimpleNamespace(offset=201)])
+    assert not await worker.log_diverged(("orders", 0), fetched(201, (201, NO_EPOCH)))
     assert consumer._thread.asked == []

@@ -1,27 +1,31 @@
 """Property: a worker that crashes at any point of its writes, restores a prefix of them and
 re-reads from its last committed offset reports exactly what an uncrashed worker reports.
 
-The simulation follows `kdiv.worker.live`'s protocol: per unit, incidents are written, then the
-partition state, then the producer states, into one ordered log; a crash keeps a prefix of
-that log; the committed offset is that of some unit whose writes were all kept.
+The writes are made by the production `kdiv.worker.unit.UnitOfWork` into an in-memory sink
+(`MemorySink`) that keeps them in one ordered log and fails at a chosen write or at the
+release; the committed offset is that of some unit whose commit was released.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
-from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind
+from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, scan_div_header
 from kdiv.state.tables import partition_key
-from kdiv.worker.incidents import incidents_for
+from kdiv.worker.incidents import Incident, incidents_for
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.unit import Change, UnitOfWork
 
 TOPIC = "orders"
 NOW = 1_700_000_000_000
@@ -77,82 +81,134 @@ def faulty_stream(draw) -> list[ConsumedRecord]:
     return records
 
 
-class SimulatedWorker:
-    """A worker on a persisted log: writes go to `log`; state is restored from a prefix of it."""
+class Crash(Exception):
+    """The worker died at this write."""
+
+
+class MemorySink:
+    """A `StateSink` over one ordered log of (kind, key, value); it crashes before the write
+    numbered `fail_at` (0: the first), or at the release when fewer writes come."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+        self.fail_at: int | None = None
+        self.steps: list[str] = []
+
+    def _write(self, kind: str, key: bytes, value: object) -> None:
+        if self.fail_at is not None:
+            if self.fail_at == 0:
+                raise Crash(kind)
+            self.fail_at -= 1
+        self.log.append((kind, key, value))
+
+    async def send_ledger(self, topic: str, partition: int, entries: Sequence[tuple[bytes, bytes]]) -> list[Awaitable]:
+        self.steps.append("ledger")
+        for key, value in entries:
+            self._write("ledger", key, value)
+        return []
+
+    async def send_observations(self, records: Sequence[tuple[bytes, bytes]]) -> list[Awaitable]:
+        self.steps.append("observations")
+        for key, value in records:
+            self._write("observation", key, value)
+        return []
+
+    async def send_incidents(self, incidents: Sequence[Incident]) -> list[Awaitable]:
+        self.steps.append("incidents")
+        for incident in incidents:
+            self._write("incident", incident.key, incident)
+        return []
+
+    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+        self.steps.append("state")
+        for key, value in changes:
+            self._write("state", key, value)
+        return []
+
+    async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+        self.steps.append("traces")
+        for key, value in changes:
+            self._write("trace", key, value)
+        return []
+
+    async def release(self) -> None:
+        self.steps.append("release")
+        if self.fail_at is not None:
+            raise Crash("release")
+
+
+class Worker:
+    """Validation of one partition, its writes made by the production unit of work."""
 
     def __init__(self, saved: dict[bytes, bytes], in_push: bool) -> None:
         self.live = LiveValidation(DataIntegrityValidator(start_in_push=in_push))
         self.live.load(TOPIC, 0, saved.items())
 
-    def run_unit(self, unit: list[ConsumedRecord], log: list) -> None:
-        incidents: list = []
-        writes: list = []
-        for record in unit:
+    async def run_unit(self, records: list[ConsumedRecord], sink: MemorySink) -> None:
+        """Validate `records` and commit them; a push marker commits what came before it first."""
+        unit = UnitOfWork()
+        for record in records:
             if self.live.opens_unit(record):
-                writes.append(self._flush(incidents))
-                incidents = []
+                await self._commit(unit.split([(TOPIC, 0)]), sink)
             result = self.live.process(record, NOW)
+            unit.touch((TOPIC, 0))
             if result is not None:
-                incidents.extend(incidents_for(result, NOW))
-        writes.append(self._flush(incidents))
-        for batch in writes:
-            log.extend(batch)
+                unit.add_incidents((TOPIC, 0), incidents_for(result, NOW))
+        await self._commit(unit, sink)
 
-    def _flush(self, incidents) -> list:
-        batch = [("incident", i.key, i) for i in incidents]
-        writes = self.live.take_writes(TOPIC, 0)
-        if writes is not None:
-            batch += [("state", k, v) for k, v in writes.in_order()]
-        return batch
+    async def _commit(self, unit: UnitOfWork, sink: MemorySink) -> None:
+        unit.gather(self.live, None, "")
+        await unit.commit(sink)
 
 
-def _replay(records, unit_cuts, in_push, crash_points, committed_choices):
+def _saved_state(log: list) -> dict[bytes, bytes]:
+    saved: dict[bytes, bytes] = {}
+    for kind, key, value in log:
+        if kind == "state":
+            if value is None:
+                saved.pop(key, None)
+            else:
+                saved[key] = value
+    return saved
+
+
+async def _replay(records, unit_cuts, in_push, crash_points, committed_choices):
     """Run over `records` with crashes; returns (incidents by key, final saved state)."""
     log: list = []
-    saved_state: dict[bytes, bytes] = {}
-    incidents: dict[bytes, object] = {}
+    sink = MemorySink(log)
     bounds = [0, *[c for c in unit_cuts if 0 < c < len(records)], len(records)]
     units = [records[a:b] for a, b in itertools.pairwise(bounds) if b > a]
     crash_points = list(crash_points)
     committed_choices = list(committed_choices)
 
-    worker = SimulatedWorker({}, in_push)
+    worker = Worker({}, in_push)
     position = 0  # next unit to run
-    # (unit index after which the log length was n): used to pick committed offsets
-    unit_ends: list[tuple[int, int]] = []
+    released: list[int] = []  # units whose commit was released, in order
     while position < len(units):
-        start_len = len(log)
-        worker.run_unit(units[position], log)
-        unit_ends.append((position, len(log)))
-        position += 1
-        if crash_points and crash_points[0] <= position:
+        crashing = bool(crash_points) and crash_points[0] <= position + 1
+        if crashing:
             crash_points.pop(0)
-            # Keep a prefix of the log, cut anywhere inside this unit's writes.
-            keep = start_len + (committed_choices.pop(0) if committed_choices else 0) % (len(log) - start_len + 1)
-            del log[keep:]
-            # Committed: the last unit whose writes all survived (Faust commits after a flush).
-            survived = [u for u, n in unit_ends if n <= keep]
-            committed_unit = survived[-1] if survived else -1
-            if committed_choices and committed_unit >= 0:
-                committed_unit -= committed_choices.pop(0) % (committed_unit + 1)
-            unit_ends = [(u, n) for u, n in unit_ends if u <= committed_unit]
-            saved_state = {}
-            for kind, key, value in log:
-                if kind == "state":
-                    if value is None:
-                        saved_state.pop(key, None)
-                    else:
-                        saved_state[key] = value
-            worker = SimulatedWorker(saved_state, in_push)
-            position = committed_unit + 1
-    for kind, key, value in log:
-        if kind == "incident":
-            incidents[key] = value
-        elif value is None:
-            saved_state.pop(key, None)
-        else:
-            saved_state[key] = value
-    return incidents, saved_state
+            # Anywhere in this unit's writes, or at its release; past them: right after it.
+            sink.fail_at = (committed_choices.pop(0) if committed_choices else 0) % 24
+        try:
+            await worker.run_unit(units[position], sink)
+            released.append(position)
+        except Crash:
+            pass
+        position += 1
+        if not crashing:
+            continue
+        sink.fail_at = None
+        # Committed: a unit whose commit was released (Faust commits after a flush), maybe
+        # not the last one (commits are periodic).
+        committed_unit = released[-1] if released else -1
+        if committed_choices and committed_unit >= 0:
+            committed_unit -= committed_choices.pop(0) % (committed_unit + 1)
+        released = [u for u in released if u <= committed_unit]
+        worker = Worker(_saved_state(log), in_push)
+        position = committed_unit + 1
+    incidents = {key: value for kind, key, value in log if kind == "incident"}
+    return incidents, _saved_state(log)
 
 
 def _comparable(incidents):
@@ -170,8 +226,8 @@ def _comparable(incidents):
 def test_crash_at_any_write_changes_no_incident_and_no_state(
     records, in_push, unit_cuts, crash_points, committed_choices
 ):
-    expected_incidents, expected_state = _replay(records, unit_cuts, in_push, [], [])
-    incidents, state = _replay(records, unit_cuts, in_push, crash_points, committed_choices)
+    expected_incidents, expected_state = asyncio.run(_replay(records, unit_cuts, in_push, [], []))
+    incidents, state = asyncio.run(_replay(records, unit_cuts, in_push, crash_points, committed_choices))
     assert _comparable(incidents) == _comparable(expected_incidents)
     assert state == expected_state
 
@@ -260,3 +316,73 @@ def test_loaded_state_is_written_again_with_the_first_unit():
     assert restarted.process(records[-1], NOW) is None  # a replay, skipped
     assert dict(restarted.take_writes(TOPIC, 0).in_order()) == saved
     assert restarted.take_writes(TOPIC, 0) is None
+
+
+class _Audit:
+    """The pipeline audit as a unit of work takes from it: observations and trace changes."""
+
+    def take_observations(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]:
+        return [(b"trace", b"observed")]
+
+    def take_changes(self, partition: int) -> list[Change]:
+        return [(b"open", b"state")]
+
+
+def test_commit_writes_in_the_protocols_numbered_steps():
+    records, _ = _two_records_of_a_new_producer(10)
+    live = LiveValidation(DataIntegrityValidator(), ledger_topics=frozenset({TOPIC}))
+    live.load(TOPIC, 0, [])
+    unit = UnitOfWork()
+    for record in records:
+        live.process(record, NOW)
+    unit.touch((TOPIC, 0))
+    unit.touch(("observations", 3))
+    unit.add_incidents((TOPIC, 0), incidents_for(live.process(replace(records[-1], offset=3), NOW), NOW))
+    unit.gather(live, _Audit(), "observations")
+    sink = MemorySink([])
+    committed = asyncio.run(unit.commit(sink))
+    assert sink.steps == ["ledger", "observations", "incidents", "state", "traces", "release"]
+    kinds = [kind for kind, _, _ in sink.log]
+    assert kinds == ["ledger", "observation", "incident", "state", "state", "trace"]
+    assert sink.log[3][1] == partition_key(TOPIC, 0)  # the partition state before its producer's
+    assert (committed.incidents, committed.ledger_entries, committed.state_writes) == (1, 1, 2)
+    assert not unit and unit.partitions == []
+
+
+class _Unacknowledged(MemorySink):
+    async def send_incidents(self, incidents: Sequence[Incident]) -> list[Awaitable]:
+        await super().send_incidents(incidents)
+        failed: asyncio.Future = asyncio.get_running_loop().create_future()
+        failed.set_exception(Crash("incident not acknowledged"))
+        return [failed]
+
+
+def test_an_unacknowledged_incident_stops_the_commit_before_the_state():
+    records, live = _two_records_of_a_new_producer(11)
+    unit = UnitOfWork()
+    for record in records:
+        live.process(record, NOW)
+    result = live.process(replace(records[-1], offset=3), NOW)  # a DUPLICATE
+    unit.add_incidents((TOPIC, 0), incidents_for(result, NOW))
+    unit.gather(live, None, "")
+    sink = _Unacknowledged([])
+    with pytest.raises(Crash):
+        asyncio.run(unit.commit(sink))
+    assert sink.steps == ["incidents"] and [kind for kind, _, _ in sink.log] == ["incident"]
+
+
+def test_bring_forward_applies_a_record_to_its_producer_and_leaves_the_partition_as_saved():
+    records, live = _two_records_of_a_new_producer(12)
+    validator = live.validator
+    live.process(records[0], NOW)
+    part = validator.partition(TOPIC, 0)
+    before = (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts))
+    duplicate = replace(records[0], offset=1)  # seen again: a DUPLICATE, counted by validate
+    found, raw = scan_div_header(duplicate.headers)
+    result = validator.bring_forward(duplicate, NOW, found, raw)
+    assert result.verdict.value == "DUPLICATE"
+    assert (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts)) == before
+    result = validator.bring_forward(records[1], NOW, *scan_div_header(records[1].headers))
+    assert result.verdict.value == "OK"
+    assert validator.partitions[(TOPIC, 0)].tracker.segment(result.guid).last_offset == 1
+    assert (part.last_offset, part.records) == before[2:4]

@@ -35,7 +35,7 @@ def new_live(semantics: Semantics = Semantics.EXACT, *, in_push: bool = False) -
 
 
 def judge(live: LiveValidation, records: list[ConsumedRecord]) -> list[Incident]:
-    """What the worker does with one fetched batch (`ValidationWorker.process`, `_observe`):
+    """What the worker does with one fetched batch (`BatchPath._validate_div`, `_observe`):
     the bulk path watching the producers behind a deletion, one by one where it stops, and
     every result's incidents with the deletion its loss lies in."""
     watch = live.producers_behind_deletions("orders", 0)

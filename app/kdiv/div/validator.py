@@ -229,6 +229,13 @@ class DataIntegrityValidator:
                     return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, "", None))
         return self._validate_full(record, now_ms, found, raw)
 
+    def bring_forward(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
+        """The verdict on a record whose partition-level effects the partition state already
+        holds (saved before a crash that lost its producer's state): applied to its producer's
+        state alone. The partition's phase, push outcome, last offset and counts stay as they
+        are, so the record is judged in the phase it was first judged in and counted once."""
+        return self._validate_full(record, now_ms, found, raw, partition_effects=False)
+
     def validate_run(
         self,
         topic: str,
@@ -322,17 +329,20 @@ class DataIntegrityValidator:
         part.last_offset = last
         return i
 
-    def _validate_full(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
+    def _validate_full(
+        self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None, partition_effects: bool = True
+    ) -> ValidationResult:
+        count = self._count if partition_effects else _uncounted
         if not found:
-            return self._count(record, ValidationResult(record, Verdict.UNTRACKED, detail=_UNTRACKED_DETAIL))
+            return count(record, ValidationResult(record, Verdict.UNTRACKED, detail=_UNTRACKED_DETAIL))
         if found > 1:
-            return self._count(
+            return count(
                 record, ValidationResult(record, Verdict.MALFORMED, detail=f"{found} div headers, expected one")
             )
         try:
             header = decode(raw)
         except MalformedHeader as bad:
-            return self._count(record, ValidationResult(record, Verdict.MALFORMED, detail=str(bad)))
+            return count(record, ValidationResult(record, Verdict.MALFORMED, detail=str(bad)))
 
         part = self.partition(record.topic, record.partition)
         kind = header.kind
@@ -400,14 +410,16 @@ class DataIntegrityValidator:
                 seen, after, header, crc, record.offset, verdict, detail, inside_push
             )
 
+        fatal = inside_push and verdict in FATAL_VERDICTS
+        result = ValidationResult(record, verdict, header.guid, header.segment, header.seq, fatal, detail, gap)
+        if not partition_effects:
+            return result
         if is_push_marker and venice_verdict is not Verdict.DUPLICATE:
             part.in_push = kind == Kind.START_OF_PUSH
             if part.in_push:
                 part.push_failed = False
-        fatal = inside_push and verdict in FATAL_VERDICTS
         if fatal:
             part.push_failed = True
-        result = ValidationResult(record, verdict, header.guid, header.segment, header.seq, fatal, detail, gap)
         return self._count(record, result, part)
 
     def _judge_exactly(
@@ -557,6 +569,12 @@ class DataIntegrityValidator:
                 del segments[guid]
         part.checkpoint_anchor_ms = max(map(last_producer_ts, segments.values()), default=-1)
         return Checkpoint(upserts=dict(segments), expired=tuple(expired))
+
+
+def _uncounted(
+    record: ConsumedRecord, result: ValidationResult, part: PartitionValidation | None = None
+) -> ValidationResult:
+    return result
 
 
 def _always() -> bool:

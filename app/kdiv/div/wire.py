@@ -169,7 +169,11 @@ def scan_div_header(headers: Iterable[tuple[str, bytes | None]]) -> tuple[int, b
 
 def readable_div_header(headers: Iterable[tuple[str, bytes | None]]) -> DivHeader | None:
     """The record's one decodable `div` header, or None (absent, duplicated, null or malformed)."""
-    found, raw = scan_div_header(headers)
+    return readable_scanned(*scan_div_header(headers))
+
+
+def readable_scanned(found: int, raw: bytes | None) -> DivHeader | None:
+    """`readable_div_header` of a record whose headers `scan_div_header` has scanned."""
     if found != 1 or raw is None:
         return None
     try:

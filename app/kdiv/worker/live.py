@@ -29,11 +29,11 @@ validated, so the records now at those offsets are judged as new.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 from kdiv.div.exact import furthest_seen
-from kdiv.div.ledger import ledger_key, packed_key_validation_of
+from kdiv.div.ledger import packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import (
@@ -43,28 +43,14 @@ from kdiv.div.validator import (
     Semantics,
     ValidationResult,
 )
-from kdiv.div.wire import Kind, readable_div_header, scan_div_header
+from kdiv.div.wire import DivHeader, Kind, readable_scanned, scan_div_header
 from kdiv.state.codec import StateDecodeError
-from kdiv.state.tables import parse_key, partition_key, producer_key
+from kdiv.state.tables import parse_key
 from kdiv.state.values import StateValues
+from kdiv.state.writes import StateWrites, ledger_writes, partition_writes
 from kdiv.worker.retention import BehindDeletions, Deletion
 
 _PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
-
-
-@dataclass(slots=True)
-class StateWrites:
-    """Writes for one partition, in order: the partition state first, then its producers."""
-
-    topic: str
-    partition: int
-    partition_value: bytes
-    # (key, value); value None deletes the key (a producer expired by max age or evicted).
-    producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-
-    def in_order(self) -> list[tuple[bytes, bytes | None]]:
-        """(key, value) pairs in the order the crash protocol needs: partition first, then producers."""
-        return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +76,9 @@ class LoadError:
     reason: str
 
 
-def _producer_of(record: FetchedRecord) -> tuple[bytes | None, int | None]:
-    """(GUID, kind) from the record's div header, or (None, None) when it has no readable one."""
-    header = readable_div_header(record.headers)
+def _producer_of(found: int, raw: bytes | None) -> tuple[bytes | None, int | None]:
+    """(GUID, kind) from a record's scanned div header, or (None, None) when it has no readable one."""
+    header = readable_scanned(found, raw)
     if header is None:
         return None, None
     return header.guid, header.kind
@@ -238,15 +224,14 @@ class LiveValidation:
         self.behind_deletions.forget(topic, partition)
         return found
 
-    def _replay_rewritten(self, record: ConsumedRecord, part: PartitionValidation) -> Rewind | None:
+    def _replay_rewritten(
+        self, record: ConsumedRecord, part: PartitionValidation, header: DivHeader | None
+    ) -> Rewind | None:
         """The content signal, for a record at an offset already validated: its producer's
         saved state covers the offset, yet the record names a segment or seq past anything
         that state has seen, so it is not the record validated there. The log is rewound from
         its offset (exact semantics only; None when the record may be the one validated)."""
-        if not self.detects_content_rewinds:
-            return None
-        header = readable_div_header(record.headers)
-        if header is None:
+        if not self.detects_content_rewinds or header is None:
             return None
         seen = part.tracker.segment(header.guid)
         if seen is None or seen.last_offset < record.offset:
@@ -340,7 +325,7 @@ class LiveValidation:
         found, raw = scanned or scan_div_header(record.headers)
         if found != 1 or raw is None or len(raw) < 2 or raw[1] not in _PUSH_MARKERS:
             return False
-        _guid, kind = _producer_of(record)
+        _guid, kind = _producer_of(found, raw)
         return kind in _PUSH_MARKERS
 
     def process(
@@ -359,18 +344,18 @@ class LiveValidation:
             # Replays too: a crash may have saved the partition state but not the ledger
             # entry (another topic), and the entry of a replay is the same entry.
             self._ledger.setdefault(tp, {})[record.key] = packed_key_validation_of(record)
-        if record.offset <= part.last_offset and self._replay_rewritten(record, part) is None:
-            guid, _kind = _producer_of(record)
-            seen = part.tracker.segment(guid) if guid is not None else None
-            if guid is None or (seen is not None and seen.last_offset >= record.offset):
-                self.replays_skipped += 1
-                return None
-            # The partition state already holds this record's effects: keep them as they are.
-            saved = (part.in_push, part.push_failed, part.last_offset, part.records, dict(part.verdict_counts))
-            result = self.validator.validate_scanned(record, now_ms, found, raw)
-            part.in_push, part.push_failed, part.last_offset, part.records, part.verdict_counts = saved
-            dirty.add(guid)
-            return result
+        if record.offset <= part.last_offset:
+            header = readable_scanned(found, raw)
+            if self._replay_rewritten(record, part, header) is None:
+                guid = header.guid if header is not None else None
+                seen = part.tracker.segment(guid) if guid is not None else None
+                if guid is None or (seen is not None and seen.last_offset >= record.offset):
+                    self.replays_skipped += 1
+                    return None
+                # The partition state already holds this record's effects: its producer's alone.
+                result = self.validator.bring_forward(record, now_ms, found, raw)
+                dirty.add(guid)
+                return result
         result = self.validator.validate_scanned(record, now_ms, found, raw)
         if result.guid is not None:
             dirty.add(result.guid)
@@ -405,10 +390,7 @@ class LiveValidation:
         entries = self._ledger.pop((topic, partition), None)
         if not entries:
             return []
-        encode = self.values.encode_packed_key_validation
-        prefix = ledger_key(topic, partition, b"")
-        # DIV control records (None) carry no user data.
-        return [(prefix + key, encode(packed)) for key, packed in entries.items() if packed is not None]
+        return ledger_writes(self.values, topic, partition, entries)
 
     def evict_over_limit(self, topic: str, partition: int) -> Eviction | None:
         """`DataIntegrityValidator.evict_over_limit`; the evicted producers' saved states are
@@ -427,18 +409,11 @@ class LiveValidation:
             return None
         evicted = self._evicted.pop(tp, set())
         checkpoint = self.validator.checkpoint(topic, partition)
-        part = self.validator.partitions[tp]
-        writes = StateWrites(topic, partition, self.values.encode(part))
         if tp in self._rewrite:
             self._rewrite.discard(tp)
             dirty.update(checkpoint.upserts)
-        for guid in sorted(dirty):
-            segment = checkpoint.upserts.get(guid)
-            if segment is not None:
-                writes.producers.append((producer_key(topic, partition, guid), self.values.encode(as_segment(segment))))
-            elif guid in evicted:  # and not seen again since
-                writes.producers.append((producer_key(topic, partition, guid), None))
-        for guid in checkpoint.expired:
-            writes.producers.append((producer_key(topic, partition, guid), None))
+        writes = partition_writes(
+            self.values, topic, partition, self.validator.partitions[tp], checkpoint, dirty, evicted
+        )
         dirty.clear()
         return writes

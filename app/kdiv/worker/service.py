@@ -1,91 +1,74 @@
-"""The live validator as a Faust application: agents, state tables, incidents.
+"""The live validator as a Faust application: its parts put together, tables and tasks.
 
 The watched topics' records arrive in whole fetched batches (`kdiv.worker.faustcompat.batches`)
-and go to `LiveValidation` in bulk (`process_run`: a result only for what is not an intact
-in-order record), which decides what is new and what is a replay; this module does the I/O in
-the order `kdiv.worker.live` requires: incidents (awaited), then the partition state, then
-producer states, all before the batch's offsets can be committed (Faust flushes its producer
-first).
+and go to the batch path (`kdiv.worker.batchpath`), which adds what they change to the unit
+of work; a flush commits it through the Faust sink in the crash protocol's steps
+(`kdiv.worker.unit`, `kdiv.worker.faustcompat.sink`), before the batch's offsets can be
+committed. Around it: partition ownership (`kdiv.worker.ownership`), log rewinds
+(`kdiv.worker.rewinds`), deletions before validation (`kdiv.worker.logstarts`), schemas
+(`kdiv.worker.schemas`) and the route groups' committed offsets (`kdiv.worker.routeoffsets`).
 
 State lives in one RocksDB table per partition count of the watched topics: Faust keeps a
 table's changelog partition with the source partition of the same number, which only
 holds for topics with the table's partition count. Keys of all watched topics with that
 count share the table: the partition state and producer states of a source partition
-then share one changelog partition, whose order makes the write order above hold after a
-crash too.
+then share one changelog partition, whose order makes the write order hold after a crash too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 import faust
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
 from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
 from kdiv.config.settings import Settings
-from kdiv.div.record import FetchedRecord, consumed
-from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
-from kdiv.div.wire import scan_div_header
-from kdiv.kafka.committed import read_committed
-from kdiv.kafka.discovery import ClusterView, WatchedTopic
+from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy
+from kdiv.kafka.discovery import ClusterView
 from kdiv.kafka.tansu import enable_tansu_producer_ids
 from kdiv.kafka.topicids import TopicIds
 from kdiv.registry.client import SchemaRegistry
-from kdiv.registry.subjects import UNCHECKED, SchemaLookups
-from kdiv.state.framing import schema_id_of
-from kdiv.state.tables import changelog_topic_name, ledger_changelog_topic_name, state_changelogs, table_name
+from kdiv.registry.subjects import SchemaLookups
+from kdiv.state.tables import ledger_changelog_topic_name, table_name
 from kdiv.state.values import StateValues
-from kdiv.trace.routes import validate_routes
-from kdiv.worker.audit import PipelineAudit, observations_by_partition
+from kdiv.worker import routeoffsets
+from kdiv.worker.audit import PipelineAudit
+from kdiv.worker.batchpath import BatchPath
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.faustcompat.batches import attach_batch_handler
-from kdiv.worker.faustcompat.epochs import NO_EPOCH, EpochsUnsupported, batch_leader_epochs, fetched_span
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
-    hand_over_table_writes,
     recovery_status,
     restored_partitions,
-    send_in_batches,
-    topic_partitions,
 )
-from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
+from kdiv.worker.faustcompat.sink import FaustSink
+from kdiv.worker.faustcompat.tables import partition_items
 from kdiv.worker.faustcompat.transport import (
     broker_url,
-    cap_next_seek,
-    leader_epoch_ends,
-    restart_at,
-    restart_from_beginning,
 )
 from kdiv.worker.incident_log import IncidentLog
 from kdiv.worker.incidents import (
     Incident,
     RecentIncidents,
-    deletion_incident,
-    eviction_incident,
-    incidents_for,
-    rewind_incident,
-    schema_incident,
-    trace_incident,
 )
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.logstarts import LogStartChecks
+from kdiv.worker.ownership import Ownership
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
+from kdiv.worker.rewinds import RewindChecks, fetched_highwater
+from kdiv.worker.schemas import SchemaChecks
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
-    LOCAL_STORE,
-    StateFinding,
-    StateSchemaCheck,
-    register_state_schema,
 )
+from kdiv.worker.unit import UnitOfWork
 from kdiv.worker.web.incidents_reader import follow_incidents
 from kdiv.worker.web.server import register_views
 
@@ -93,23 +76,8 @@ log = logging.getLogger("kdiv.worker")
 
 
 PRODUCER_BATCH_BYTES = 256 * 1024
-# Table writes between two turns of the event loop (each is a RocksDB put and a changelog send).
-TABLE_WRITES_PER_TURN = 500
 # How stale the worker's view of its topics' partitions may get (see build_app).
 METADATA_MAX_AGE_MS = 5_000
-# How long a commit waits for a partition leader to confirm that its log ends lower than
-# the last fetch said (`_check_high_watermarks`); unanswered, it asks at the next commit.
-HIGHWATER_CONFIRM_TIMEOUT_S = 5.0
-# How long a batch of a new leader epoch waits for its leader to say where the last epoch
-# validated ends (`_log_diverged`); unanswered, the batch is fetched again.
-LEADER_EPOCH_TIMEOUT_S = 5.0
-# Log start offsets (records deleted before validation, `_check_log_starts`): how long one
-# ListOffsets may take, how often it is tried before a gap is judged without it, and how
-# often idle partitions are polled.
-LOG_START_TIMEOUT_S = 5.0
-LOG_START_ATTEMPTS = 3
-LOG_START_RETRY_S = 0.5
-LOG_START_POLL_MS = 5_000
 
 
 @dataclass
@@ -129,7 +97,7 @@ class WorkerStats:
 
 
 class ValidationWorker:
-    """The live validator inside the Faust app: validation, state writes, incidents, schema checks."""
+    """The live validator inside the Faust app: its parts, wired to the app's tables and signals."""
 
     def __init__(
         self,
@@ -144,13 +112,9 @@ class ValidationWorker:
         self.cluster = cluster
         self.clock = clock
         lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
-        # The state schema's id comes from the registry once the app runs (`register_state_schema`):
-        # until then state is neither loaded nor written, and /health says why.
+        # The state schema's id comes from the registry once the app runs
+        # (`SchemaChecks.register_state_schema`).
         self.values = StateValues(LOCAL_STATE_SCHEMA_ID if state_schema_id is None else state_schema_id)
-        self.state_schema_ready = asyncio.Event()
-        self._registering = asyncio.Lock()
-        if state_schema_id is not None:
-            self.state_schema_ready.set()
         self.live = LiveValidation(
             DataIntegrityValidator(
                 lambda topic: TopicPolicy(compaction_lag_ms=lags.get(topic)),
@@ -166,25 +130,37 @@ class ValidationWorker:
         self.lookups = SchemaLookups(
             SchemaRegistry(settings.registry), clock=lambda: clock() / 1000, timeout_s=settings.registry.timeout_s
         )
-        self.state_check = StateSchemaCheck(self.lookups, self.values, auto_repair=settings.schema_auto_repair)
         self.restore = RestoreListener(clock)
         self.tables = {n: self._state_table(table_name(n), n) for n in cluster.partition_counts}
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
+        # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
+        self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
+        self.ownership = Ownership(app, cluster, self.live, self.tables, self.changefeed_topics)
         # The key ledger is written, never read, by the worker: a topic of its own, no table.
         self._ledger_topic_of = {
             t.name: ledger_changelog_topic_name(settings.app_id, t.partitions)
             for t in cluster.topics
             if t.compaction_lag_ms is not None
         }
-        self._changelogs = [changelog_topic_name(settings.app_id, n) for n in cluster.partition_counts]
         self.recent = RecentIncidents(settings.recent_incidents)
         # Per incidents-topic partition: the offset `recent` holds every incident before.
         self.incidents_read_to: dict[int, int] = {}
         self.runs = IncidentLog(log, settings.log_incidents)
         self.stats = WorkerStats()
-        self.load_errors_seen = 0
-        self._schema_judged: set[tuple[str, int, str, int]] = set()
-        self._schema_topics = {t.name for t in cluster.topics if settings.checks_schemas_of(t.name)}
+        self.schemas = SchemaChecks(
+            settings,
+            cluster,
+            self.lookups,
+            self.values,
+            self.restore,
+            self.stats,
+            clock,
+            self._send_incidents,
+            state_schema_known=state_schema_id is not None,
+        )
+        # The views read these.
+        self.state_schema_ready = self.schemas.state_schema_ready
+        self.state_check = self.schemas.state_check
         self.topics = frozenset(t.name for t in cluster.topics)
         # The pipeline audit: observations of the route topics' traced records, judged where
         # their trace hashes to in the observations topic (its records go to `process` too).
@@ -193,34 +169,60 @@ class ValidationWorker:
             self.audit = PipelineAudit(settings)
             self.topics |= {settings.observations}
             self.trace_table = self._trace_table(settings.audit.partitions)
-        # Validated, not yet written: flushed before Faust commits (see `flush`).
-        self._pending: dict[tuple[str, int], list[Incident]] = {}
-        self._unflushed: set[tuple[str, int]] = set()
-        self._unflushed_records = 0
-        self._observed: list = []
-        # Per partition, the producers whose OK records the bulk path must report (`IncidentLog`).
-        self._watch: dict[tuple[str, int], set[bytes]] = {}
-        self._framed: dict[tuple[str, int, str, int], list[int]] = {}
-        self.topic_ids = TopicIds(settings)
-        # Venice's semantics knows no log rewinds: its verdicts alone, as Venice gives them.
-        self.detects_rewinds = settings.semantics == "exact"
-        # The leader epoch signal of rewinds (`_log_diverged`): per watched partition, the
-        # leader epoch of the last record validated, and that record's offset. In memory:
-        # a worker started afresh learns it from its first batch (the other signals cover
-        # what came before). Kept when the partition is revoked: it still holds when the
-        # partition comes back with the state saved at that offset (a rebalance, as a
-        # broker failure often brings), and not otherwise (`_known_epoch`).
-        self.checks_leader_epochs = self.detects_rewinds
-        self._leader_epochs: dict[tuple[str, int], tuple[int, int]] = {}
-        # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
-        self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
+        self.sink = FaustSink(
+            app,
+            settings.incidents,
+            self._ledger_topic_of,
+            self._table_of_topic,
+            settings.observations,
+            self.trace_table if self.audit is not None else None,
+        )
+        # Validated, not yet written: committed before Faust commits (see `flush`).
+        self.unit = UnitOfWork()
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
-        # Log start polls (`_poll_log_starts`): when the next is due, and the partitions the
-        # last one found behind the log start, with their last validated offset then.
-        self._next_log_start_poll_ms = 0
-        self._behind_log_start: dict[TP, int] = {}
-        # Per partition, the position the fetch of its last batch left (`_check_log_starts`).
-        self._fetched_to: dict[TP, int] = {}
+        self.rewinds = RewindChecks(
+            app,
+            self.live,
+            self.unit,
+            self.stats,
+            clock,
+            detects_rewinds=settings.semantics == "exact",
+            topic_ids=TopicIds(settings),
+            cluster=cluster,
+            table_of_topic=self._table_of_topic,
+            assigned_partitions=self.assigned_partitions,
+            forget_batch=lambda key: self.batches.forget_batch(key),
+        )
+        self.log_starts = LogStartChecks(
+            app,
+            self.live,
+            self.unit,
+            self.stats,
+            clock,
+            table_of_topic=self._table_of_topic,
+            changefeed_topics=self.changefeed_topics,
+            assigned_partitions=self.assigned_partitions,
+            ensure_loaded=self.ownership.ensure_loaded,
+            forget_watch=lambda key: self.batches.forget_watch(key),
+        )
+        self.batches = BatchPath(
+            live=self.live,
+            unit=self.unit,
+            sink=self.sink,
+            runs=self.runs,
+            stats=self.stats,
+            clock=clock,
+            batch_max=settings.batch_max,
+            ownership=self.ownership,
+            schemas=self.schemas,
+            rewinds=self.rewinds,
+            log_starts=self.log_starts,
+            changefeed_topics=self.changefeed_topics,
+            changefeeds=self.changefeeds,
+            audit=self.audit,
+            observations=settings.observations,
+            trace_table=self.trace_table if self.audit is not None else None,
+        )
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
         changelog = f"{self.settings.app_id}-{name}-changelog"
@@ -282,44 +284,10 @@ class ValidationWorker:
 
     async def poll_committed_offsets(self) -> None:
         """The route groups' committed offsets, polled: the judges' evidence of loss."""
-        audit = self.audit
-        if audit is None:
-            return
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.settings.bootstrap,
-            client_id=f"{self.settings.app_id}-audit-offsets",
-            **self.settings.kafka_security.aiokafka_kwargs(),
-        )
-        await admin.start()
-        reported: set[str] = set()
-        try:
-            while True:
-                try:
-                    partitions = {t.name: t.partitions for t in self.cluster.topics}
-                    groups, offsets = await read_committed(admin, audit.routes, partitions)
-                    audit.known_groups = groups
-                    unknown = set(validate_routes(audit.routes, self.settings.audit.route_topics(), groups))
-                    for problem in sorted(unknown - reported):
-                        log.warning("pipeline audit: %s; its traces wait (lag, not loss) until it commits", problem)
-                    reported = unknown
-                    audit.note_committed(offsets)
-                except KafkaError as failed:
-                    log.warning("pipeline audit: committed offsets not read: %s", failed)
-                await asyncio.sleep(self.settings.audit.offsets_poll_s)
-        finally:
-            await admin.close()
+        if self.audit is not None:
+            await routeoffsets.poll_committed_offsets(self.audit, self.settings, self.cluster)
 
     # -- the state's schemas -----------------------------------------------------------------
-
-    async def register_state_schema(self) -> None:
-        """Register the state schema under each changelog's subject (waiting out registry
-        outages, while the web views answer) and write state with its id from then on."""
-        async with self._registering:
-            if self.state_schema_ready.is_set():
-                return
-            changelogs = state_changelogs(self.settings.app_id, self.cluster)
-            self.values.use(await register_state_schema(self.lookups.registry, changelogs))
-            self.state_schema_ready.set()
 
     async def after_restore(self, table: StateTable, changelog: str) -> None:
         """Register the state schema (first time), end the restore listener, learn the writer
@@ -327,139 +295,24 @@ class ValidationWorker:
         every schema id the state holds."""
         # Here, not at import: the worker and its web views run while the registry is down.
         # Faust awaits this before the stream resumes, so nothing is written before.
-        await self.register_state_schema()
+        await self.schemas.register_state_schema()
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
-        ids = self.restore.first_offsets(changelog)
-        for value in table.values():
-            schema_id = schema_id_of(value)
-            if schema_id is not None and schema_id not in ids:
-                # Held by the local store, not re-read from the changelog this time.
-                ids[schema_id] = (-1, LOCAL_STORE)
-        await self.state_check.learn_writer_schemas(ids)
+        ids = await self.schemas.learn_restored(changelog, table.values())
         # Loaded once the writer schemas of what was restored are known, and before the
         # stream resumes (Faust awaits this), not at each partition's next record: an idle
         # partition's state, owner and lag are in the views and metrics right after every
         # rebalance, kept partitions included (all are revoked first).
         count = next(n for n, t in self.tables.items() if t is table)
-        self._load_assigned(only_partition_count=count)
-        await self._check_topic_ids(count)
-        await self._report_state_findings(await self.state_check.check(changelog, ids))
-
-    async def watch_state_schemas(self, recheck_s: float) -> None:
-        """Check ids standbys replicate, and look again at open findings (a repair clears them)."""
-        last_recheck = 0.0
-        while True:
-            await asyncio.sleep(1.0)
-            if self.restore.new_ids:
-                self.restore.new_ids = False
-                for changelog in self._changelogs:
-                    await self._report_state_findings(
-                        await self.state_check.check(changelog, self.restore.first_offsets(changelog))
-                    )
-            now = self.clock() / 1000
-            if self.state_check.open and now - last_recheck >= recheck_s:
-                last_recheck = now
-                await self._report_state_findings(await self.state_check.recheck())
-
-    async def _report_state_findings(self, findings: list[StateFinding]) -> None:
-        now = self.clock()
-        incidents = [
-            schema_incident(
-                f.changelog,
-                f.partition,
-                f.first_offset,
-                "value",
-                f.schema_id,
-                f.verdict,
-                f.expected_subject,
-                f.registered_subjects,
-                f.detail,
-                -1,
-                now,
-                resolved_at_ms=now if f.resolved else None,
-            )
-            for f in findings
-        ]
-        await self._send_incidents(incidents)
-
-    async def _send_ledger_entries(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Future]:
-        """Hand the key ledger entries of `partitions` to the producer; their acks."""
-        acks: list[asyncio.Future] = []
-        for topic, partition in partitions:
-            entries = self.live.take_ledger_writes(topic, partition)
-            if entries:
-                acks += await send_in_batches(self.app, self._ledger_topic_of[topic], partition, entries)
-                self.stats.ledger_entries_sent += len(entries)
-        return acks
+        self.ownership.load_assigned(only_partition_count=count)
+        await self.rewinds.check_topic_ids(count)
+        await self.schemas.report_state_findings(await self.state_check.check(changelog, ids))
 
     async def _send_incidents(self, incidents: list[Incident]) -> None:
         if not incidents:
             return
-        producer = self.app.producer
-        sent = [await producer.send(self.settings.incidents, i.key, i.value, None, None, None) for i in incidents]
-        await asyncio.gather(*sent)
+        await asyncio.gather(*await self.sink.send_incidents(incidents))
         self.stats.incidents_sent += len(incidents)
         self.runs.written(incidents)
-
-    # -- watched topics' schemas -------------------------------------------------------------
-
-    async def _judge_schemas(
-        self, framed: dict[tuple[str, int, str, int], list[int]], pending: dict[tuple[str, int], list[Incident]]
-    ) -> None:
-        """Incidents for framed records whose schema id is unknown or under another subject.
-
-        `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
-        One incident per identity per worker; a record the registry cannot be asked about
-        now is counted unchecked and its id is asked about again with the next batch.
-        """
-        now = self.clock()
-        for (topic, partition, message_field, schema_id), (offset, timestamp, records) in framed.items():
-            identity = (topic, partition, message_field, schema_id)
-            if identity in self._schema_judged:
-                self.stats.schema_checked_records += records
-                continue
-            strategy = self.settings.subject_strategy(topic)
-            judgement = await self.lookups.judgement(schema_id, topic, strategy, is_key=message_field == "key")
-            verdict, info, expected = judgement.verdict, judgement.info, judgement.expected_subject
-            if verdict == UNCHECKED:
-                self.stats.schema_unchecked_records += records
-                continue
-            self.stats.schema_checked_records += records
-            self._schema_judged.add(identity)
-            if verdict is None:
-                continue
-            registered = tuple(sorted(info.subjects)) if info else ()
-            detail = (
-                f"{message_field} schema id {schema_id} is unknown to the registry"
-                if info is None
-                else f"{message_field} schema id {schema_id} is registered under {list(registered) or 'no subject'}, "
-                f"not under {expected or 'a subject the ' + strategy + ' strategy can name'}"
-            )
-            pending.setdefault((topic, partition), []).append(
-                schema_incident(
-                    topic,
-                    partition,
-                    offset,
-                    message_field,
-                    schema_id,
-                    verdict,
-                    expected,
-                    registered,
-                    detail,
-                    timestamp,
-                    now,
-                )
-            )
-
-    def _highwater(self, topic: str, partition: int) -> int | None:
-        """The partition's high watermark from the consumer's last fetch, None when unknown."""
-        if self.app.consumer is None:
-            return None
-        try:
-            highwater = self.app.consumer.highwater(TP(topic, partition))
-        except (KeyError, AttributeError):
-            return None
-        return None if highwater is None or highwater < 0 else highwater
 
     def lag(self, topic: str, partition: int) -> int | None:
         """Records between the last validated one and the partition's high watermark."""
@@ -471,7 +324,7 @@ class ValidationWorker:
         else:
             part = self.live.validator.partitions.get((topic, partition))
             last_offset = None if part is None else part.last_offset
-        highwater = self._highwater(topic, partition)
+        highwater = fetched_highwater(self.app, topic, partition)
         if last_offset is None or highwater is None:
             return None
         return max(highwater - (last_offset + 1), 0)
@@ -491,7 +344,7 @@ class ValidationWorker:
         """Unload revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
             self.live.unload(tp.topic, tp.partition)
-            self._fetched_to.pop(tp, None)
+            self.log_starts.forget(tp)
             self.changefeeds.forget(tp.topic, tp.partition)
             if self.audit is not None:
                 if tp.topic == self.settings.observations:
@@ -500,602 +353,21 @@ class ValidationWorker:
                     self.audit.forget_source(tp.topic, tp.partition)
 
     def on_assigned(self, assigned: Iterable[TP]) -> None:
-        """Unload loaded partitions that this assignment did not keep."""
-        keep = {(tp.topic, tp.partition) for tp in assigned}
-        for topic, partition in self.live.loaded - keep:
-            self.live.unload(topic, partition)
+        self.ownership.keep_only(assigned)
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
-        """The watched partitions assigned to this worker now, sorted."""
-        if self.app.consumer is None:
-            return []
-        return sorted(
-            (tp.topic, tp.partition)
-            for tp in self.app.consumer.assignment()
-            if self.cluster.topic(tp.topic) is not None
-        )
+        return self.ownership.assigned_partitions()
 
-    def _load_assigned(self, only_partition_count: int | None = None) -> None:
-        """Load every assigned, not yet loaded source partition in one pass per table
-        (only the table of topics with `only_partition_count` partitions, when given)."""
-        wanted_by_table: dict[int, set[tuple[str, int]]] = {}
-        for name, partition in self.assigned_partitions():
-            topic = self.cluster.topic(name)
-            if topic is None or (only_partition_count is not None and topic.partitions != only_partition_count):
-                continue
-            if name in self.changefeed_topics:
-                continue
-            if not self.live.is_loaded(name, partition):
-                wanted_by_table.setdefault(topic.partitions, set()).add((name, partition))
-        for n, wanted in wanted_by_table.items():
-            self.live.load_many(wanted, self.tables[n].items())
-            self.load_errors_seen += len(self.live.load_errors)
-            for error in self.live.load_errors:
-                log.error(
-                    "unreadable state %r in table %s: %s; that producer starts afresh",
-                    error.key,
-                    table_name(n),
-                    error.reason,
-                )
-            self.live.load_errors.clear()
-
-    # -- log rewinds --------------------------------------------------------------------------
-
-    async def _check_topic_ids(self, partition_count: int) -> None:
-        """After an assignment: loaded partitions of a topic deleted and created again since
-        their state was saved are rewound. Every partition with saved state resumes at the
-        first offset it has not validated when its committed offset is past it (after a
-        rewind that offset counts records of the old log)."""
-        loaded = [
-            (t, p)
-            for t, p in self.assigned_partitions()
-            if self.live.is_loaded(t, p) and cast(WatchedTopic, self.cluster.topic(t)).partitions == partition_count
-        ]
-        if not loaded:
-            return
-        ids = await self.topic_ids.current({t for t, _ in loaded}) if self.detects_rewinds else {}
-        for topic, partition in loaded:
-            if topic in ids:
-                self.live.check_topic_id(topic, partition, ids[topic])
-        caps = {}
-        for topic, partition in loaded:
-            resume = self.live.resume_offset(topic, partition)
-            if resume is not None:
-                caps[TP(topic, partition)] = resume
-        if caps and self.app.consumer is not None:
-            cap_next_seek(self.app.consumer, caps)
-        self._note_rewinds()
-
-    async def _check_recreated_topics(self) -> None:
-        """Before a flush: a partition whose topic was deleted and created again since its
-        state was saved may have been validated against the new log as if it went on from
-        the old one. Its unflushed work is dropped, its state loaded again as saved, the
-        rewind reported, and the partition read again from the new log's beginning."""
-        topics = {t for t, _ in self._unflushed}
-        if not topics or not self.detects_rewinds:
-            return
-        ids = await self.topic_ids.current(topics)
-        restart = []
-        for topic, partition in sorted(self._unflushed):
-            part = self.live.validator.partitions.get((topic, partition))
-            now_id = ids.get(topic)
-            if part is None or now_id is None:
-                continue
-            if part.topic_id in (None, now_id):
-                self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
-                continue
-            key = (topic, partition)
-            self._pending.pop(key, None)
-            self._watch.pop(key, None)
-            self._framed = {k: v for k, v in self._framed.items() if (k[0], k[1]) != key}
-            self.live.unload(topic, partition)
-            self.live.load_many({key}, self._table_of_topic[topic].items())
-            self.live.check_topic_id(topic, partition, now_id)
-            restart.append(TP(topic, partition))
-        if restart and self.app.consumer is not None:
-            await restart_from_beginning(self.app.consumer, restart)
-        self._note_rewinds()
-
-    async def _check_high_watermarks(self) -> None:
-        """A partition whose log now ends below an offset already validated was truncated.
-
-        The fetch's high watermark only raises the suspicion: a leader just elected cleanly
-        serves fetches with a high watermark below its predecessor's until its followers
-        have fetched again (they learn it lazily), though it lost nothing. The leader's
-        ListOffsets answer decides: it refuses (OFFSET_NOT_AVAILABLE, KIP-207) until its
-        high watermark covers its epoch's start, and from then on a clean leader's is no
-        lower than its predecessor's. A suspicion not confirmed is looked at again at the
-        next commit. Where the leader epoch of the last record validated ends in the leader's
-        log (when known) says where the log was cut, also when records written since have
-        refilled it past the offsets validated."""
-        if not self.detects_rewinds:
-            return
-        suspects: dict[TP, int] = {}
-        for (topic, partition), part in self.live.validator.partitions.items():
-            highwater = self._highwater(topic, partition)
-            if highwater is not None and highwater <= part.last_offset:
-                suspects[TP(topic, partition)] = highwater
-        if not suspects or self.app.consumer is None:
-            return
-        try:
-            ends = await asyncio.wait_for(self.app.consumer.highwaters(*suspects), HIGHWATER_CONFIRM_TIMEOUT_S)
-        except (TimeoutError, KafkaError) as unanswered:
-            log.info(
-                "log ends of %s not confirmed yet (%r): asked again at the next commit", list(suspects), unanswered
-            )
-            return
-        answered: dict[TP, tuple[int, int]] = {}
-        for tp, fetched in sorted(suspects.items()):
-            end = ends.get(tp)
-            if (tp.topic, tp.partition) in self.live.validator.partitions and end is not None and end >= 0:
-                answered[tp] = (end, fetched)
-        if not answered:
-            return
-        # The log's end now is where it was cut only while nothing has been written since, and
-        # a log refilled past the offsets validated no longer looks cut at all: where the
-        # leader epoch last validated ends in the leader's log is where it diverged.
-        diverged = await self._epoch_ends(list(answered))
-        if diverged is None:
-            return
-        truncated: dict[TP, int] = {}
-        for tp, (end, fetched) in answered.items():
-            state = self.live.validator.partitions[(tp.topic, tp.partition)]
-            cuts = [offset for offset in (end, diverged.get(tp)) if offset is not None and offset <= state.last_offset]
-            if not cuts:
-                log.info(
-                    "%s[%d]: a fetch's high watermark %d lay below offset %d validated; its leader says the "
-                    "log ends at %d, and nothing validated is gone from it: no rewind",
-                    tp.topic,
-                    tp.partition,
-                    fetched,
-                    state.last_offset,
-                    end,
-                )
-                continue
-            first = min(cuts)
-            diverged_at = f"it diverged from what was validated at offset {first}, where the leader epoch of the last record validated ends in its log"
-            if end > state.last_offset:
-                detail = (
-                    f"a fetch said the log ends at offset {fetched}, below offset {state.last_offset} validated; it "
-                    f"ends at {end} now (its leader's answer), refilled since, and {diverged_at}"
-                )
-            else:
-                detail = (
-                    f"the log now ends at offset {end} (its leader's answer; the last fetch said {fetched}), below "
-                    f"offset {state.last_offset} validated" + (f", and {diverged_at}" if first < end else "")
-                )
-            self.live.rewind(tp.topic, tp.partition, first, "high watermark", detail)
-            truncated[tp] = first
-        if not truncated:
-            return
-        # Read on from there: the consumer's position, and what Faust takes as already read,
-        # may lie past it (a fetch out of range starts over at the earliest offset, whose
-        # records Faust then drops as read), and the records written there since are new.
-        await restart_at(self.app.consumer, truncated)
-
-    async def _epoch_ends(self, tps: list[TP]) -> dict[TP, int] | None:
-        """Where the leader epoch last validated ends in each partition leader's log, for the
-        partitions whose epoch is known (OffsetForLeaderEpoch); None when not answered now."""
-        epochs = {tp: self._known_epoch((tp.topic, tp.partition)) for tp in tps}
-        epochs = {tp: epoch for tp, epoch in epochs.items() if epoch != NO_EPOCH}
-        if not epochs or not self.checks_leader_epochs:
-            return {}
-        try:
-            ends = await asyncio.wait_for(leader_epoch_ends(self.app.consumer, epochs), LEADER_EPOCH_TIMEOUT_S)
-        except EpochsUnsupported as old:
-            log.warning("%s: log rewinds are found without leader epochs", old)
-            self.checks_leader_epochs = False
-            return {}
-        except (TimeoutError, KafkaError) as unanswered:
-            log.info(
-                "where the leader epochs %s end is not known yet (%r): asked at the next commit", epochs, unanswered
-            )
-            return None
-        return {tp: end for tp, (_epoch, end) in ends.items() if end >= 0}
-
-    def _known_epoch(self, key: tuple[str, int]) -> int:
-        """The leader epoch of the partition's last validated record, NO_EPOCH when not known:
-        learnt of another record than the one its state ends at now (a rewind since, or
-        another worker's progress while it was revoked)."""
-        known = self._leader_epochs.get(key)
-        part = self.live.validator.partitions.get(key)
-        if known is None or part is None or known[1] != part.last_offset:
-            return NO_EPOCH
-        return known[0]
-
-    def _learn_epoch(self, key: tuple[str, int], newest: int, records: Sequence) -> None:
-        """The epoch of the batch's last record, which validating it makes the last validated
-        one (only when it is new: replays of older epochs teach nothing)."""
-        part = self.live.validator.partitions[key]
-        if newest != NO_EPOCH and records and records[-1].offset > part.last_offset:
-            self._leader_epochs[key] = (newest, records[-1].offset)
-
-    async def _log_diverged(self, key: tuple[str, int], records: Sequence) -> bool:
-        """The leader epoch signal (KIP-320), before a batch is validated. Records of a leader
-        epoch newer than the last batch validated mean the partition changed leaders since:
-        the leader says where the epoch last validated ends in its log, and an end below the
-        next offset to validate means the records from there on, validated, are not in the
-        log. Those offsets are rewound and the partition is read again from that end: the
-        batch is dropped (True), its records fetched again in order. Exact, unlike the high
-        watermark, even when new records have already filled the log past the old end."""
-        epochs = batch_leader_epochs(records)
-        part = self.live.validator.partitions.get(key)
-        if not epochs or part is None:
-            return False
-        newest = epochs[-1][1]
-        known = self._known_epoch(key)
-        if known == NO_EPOCH or newest <= known:
-            self._learn_epoch(key, newest, records)
-            return False
-        tp = TP(*key)
-        position = part.last_offset + 1
-        try:
-            ends = await asyncio.wait_for(leader_epoch_ends(self.app.consumer, {tp: known}), LEADER_EPOCH_TIMEOUT_S)
-        except EpochsUnsupported as old:
-            log.warning("%s: log rewinds are found without leader epochs", old)
-            self.checks_leader_epochs = False
-            return False
-        except (TimeoutError, KafkaError) as unanswered:
-            # Not validated unchecked: fetched again from the same offset, asked again then.
-            log.info("where leader epoch %d of %s[%d] ends is not known yet (%r)", known, *key, unanswered)
-            await restart_at(self.app.consumer, {tp: position})
-            return True
-        epoch, end = ends.get(tp, (NO_EPOCH, -1))
-        if not 0 <= end < position:
-            self._learn_epoch(key, newest, records)
-            return False
-        self.live.rewind(
-            key[0],
-            key[1],
-            end,
-            "leader epoch",
-            f"leader epoch {known}, the last one validated, ends at offset {end} in the leader's log "
-            f"(OffsetForLeaderEpoch{'' if epoch == known else f' answered with epoch {epoch}'}; "
-            f"the log is in epoch {newest} now)",
-        )
-        await restart_at(self.app.consumer, {tp: end})
-        self._note_rewinds()
-        return True
-
-    def _note_rewinds(self) -> None:
-        """Rewinds found by `live` become incidents, written with their partitions' next unit."""
-        now = self.clock()
-        for rewind in self.live.take_rewinds():
-            key = (rewind.topic, rewind.partition)
-            incident = rewind_incident(rewind, now)
-            self._pending.setdefault(key, []).append(incident)
-            self._unflushed.add(key)
-            self.stats.log_rewinds += 1
-
-    # -- records deleted before validation ------------------------------------------------------
-
-    def _ensure_loaded(self, key: tuple[str, int]) -> None:
-        """Install a watched partition's saved state if it is not yet."""
-        if not self.live.is_loaded(*key):
-            self._load_assigned()
-            if not self.live.is_loaded(*key):  # not in the assignment the consumer reports yet
-                self.live.load(key[0], key[1], self._table_of_topic[key[0]].items())
-
-    async def _check_log_starts(self, batch: Mapping[TP, Sequence]) -> None:
-        """Before a batch is validated: a partition whose records go on past the offset after
-        its last validated one may have lost records to retention or DeleteRecords before they
-        were read (the consumer then resets to the log start). The log start the broker gives
-        tells; a gap alone does not (compaction and transaction markers leave gaps too). Asked
-        now, before the records after the gap are judged, so that each producer's next MISSING
-        can say its records were deleted. Not asked when the batch's fetch started at the next
-        offset to validate or where the previous batch's fetch left off: the records between
-        were none a consumer reads, and the consumer was not reset."""
-        gaps: dict[TP, tuple[int, int]] = {}
-        for tp, records in batch.items():
-            if not records or tp.topic not in self._table_of_topic or tp.topic in self.changefeed_topics:
-                continue
-            key = (tp.topic, tp.partition)
-            self._ensure_loaded(key)
-            validated = self.live.validated_to(*key)
-            fetched_from, fetched_to = fetched_span(records)
-            left_off = self._fetched_to.pop(tp, None)
-            if fetched_to is not None:
-                self._fetched_to[tp] = fetched_to
-            if validated is None or records[0].offset <= validated + 1:
-                continue
-            if fetched_from is not None and (fetched_from <= validated + 1 or fetched_from == left_off):
-                continue
-            gaps[tp] = (validated, records[0].offset)
-        if not gaps:
-            return
-        starts = await self._log_starts(list(gaps), attempts=LOG_START_ATTEMPTS)
-        for tp, (validated, first) in sorted(gaps.items()):
-            start = starts.get(tp)
-            if start is None:
-                log.error(
-                    "log start of %s[%d] unknown: offsets %d..%d, skipped by the consumer, are judged as a gap; "
-                    "records deleted there before validation show as plain MISSING",
-                    tp.topic,
-                    tp.partition,
-                    validated + 1,
-                    first - 1,
-                )
-                continue
-            # Offsets from `first` on are read now: deleted later, they were validated.
-            self._note_deletion(
-                tp,
-                min(start, first),
-                "fetch",
-                f"the consumer read offset {first} next after offset {validated}, and the log starts at offset {start}",
-            )
-
-    async def _poll_log_starts(self) -> None:
-        """Every `LOG_START_POLL_MS`, at a flush: partitions whose log starts past the offset
-        after their last validated one with no record read since to show it (everything up to
-        the end deleted). Found when two polls in a row see the same last validated offset
-        behind the log start, and the consumer has fetched from the new log start (its high
-        watermark is at or past it): a batch fetched before the deletion and not yet
-        validated is validated first, and no high watermark from before the deletion stays
-        below the offsets accounted for."""
-        now = self.clock()
-        if now < self._next_log_start_poll_ms:
-            return
-        self._next_log_start_poll_ms = now + LOG_START_POLL_MS
-        positions: dict[TP, int] = {}
-        for topic, partition in self.assigned_partitions():
-            validated = self.live.validated_to(topic, partition)
-            if validated is not None and topic not in self.changefeed_topics:
-                positions[TP(topic, partition)] = validated
-        behind, self._behind_log_start = self._behind_log_start, {}
-        if not positions:
-            return
-        starts = await self._log_starts(list(positions), attempts=1)
-        for tp, validated in sorted(positions.items()):
-            start = starts.get(tp)
-            if start is None or start <= validated + 1:
-                continue
-            highwater = self._highwater(tp.topic, tp.partition)
-            if behind.get(tp) == validated and highwater is not None and highwater >= start:
-                self._note_deletion(
-                    tp, start, "log start poll", f"the log starts at offset {start}, and nothing after it was read"
-                )
-            else:
-                self._behind_log_start[tp] = validated
-
-    async def _log_starts(self, partitions: list[TP], attempts: int) -> dict[TP, int]:
-        """The partitions' log start offsets (ListOffsets EARLIEST); those the broker did not
-        give after `attempts` tries are left out (and logged)."""
-        consumer = self.app.consumer
-        if consumer is None:
-            return {}
-        failure: BaseException | None = None
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(LOG_START_RETRY_S)
-            try:
-                found = await asyncio.wait_for(consumer.earliest_offsets(*partitions), LOG_START_TIMEOUT_S)
-            except (TimeoutError, KafkaError) as failed:
-                failure = failed
-                continue
-            return {TP(tp.topic, tp.partition): offset for tp, offset in found.items() if offset >= 0}
-        log.warning("log start offsets of %s not read: %r", sorted(f"{t}[{p}]" for t, p in partitions), failure)
-        return {}
-
-    def _note_deletion(self, tp: TP, log_start: int, detected_by: str, detail: str) -> None:
-        """The partition's log starts at `log_start`: records deleted before they were
-        validated become one incident, written with the partition's next unit."""
-        deletion = self.live.log_starts_at(tp.topic, tp.partition, log_start, detected_by, detail)
-        if deletion is None:
-            return
-        key = (tp.topic, tp.partition)
-        incident = deletion_incident(deletion, self.clock())
-        self._pending.setdefault(key, []).append(incident)
-        self._unflushed.add(key)
-        # Made again with the producers behind the deletion: their next records are watched.
-        self._watch.pop(key, None)
-        self.stats.deletions_before_validation += 1
-
-    # -- validation --------------------------------------------------------------------------
+    @property
+    def load_errors_seen(self) -> int:
+        """State entries that could not be loaded since the worker started."""
+        return self.ownership.load_errors_seen
 
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
-        """Validate fetched records (aiokafka's parsed records, in offset order per partition);
-        what they change is written by `flush`. True when enough is pending to flush now."""
-        now = self.clock()
-        live = self.live
-        await self._check_log_starts(batch)
-        for tp, records in batch.items():
-            key = topic, partition = (tp.topic, tp.partition)
-            if topic in self.changefeed_topics:
-                await self._verify_changefeed(key, records, now)
-                continue
-            audit = self.audit
-            if audit is not None:
-                if topic == self.settings.observations:
-                    if partition not in audit.judges:
-                        audit.load(partition, partition_items(self.trace_table, partition))
-                    audit.receive(partition, records, now)
-                    self._unflushed.add(key)
-                    continue
-                if audit.is_route_topic(topic):
-                    audit.observe(topic, partition, records)
-            self._ensure_loaded(key)
-            if self.checks_leader_epochs and await self._log_diverged(key, records):
-                continue  # read again from where the log diverged
-            if topic in self._schema_topics:
-                for record in records:
-                    self._note_framing(topic, partition, record, self._framed)
-            watch = self._watch.get(key)
-            if watch is None:
-                watch = self._watch[key] = live.producers_behind_deletions(topic, partition)
-                watch |= self.runs.producers_in_runs(topic, partition)
-            results: list[ValidationResult] = []
-            i, end = 0, len(records)
-            while True:
-                i = live.process_run(topic, partition, records, i, now, watch, results)
-                self._observe(key, results, now)
-                if i == end:
-                    break
-                # A re-delivery or a push marker, one by one.
-                record = consumed(topic, partition, records[i])
-                scanned = scan_div_header(record.headers)
-                if live.opens_unit(record, scanned):
-                    # A push marker: what came before it is written before it is judged.
-                    await self._write_units([key])
-                result = live.process(record, now, scanned)
-                if result is not None:
-                    results.append(result)
-                i += 1
-            self._unflushed.add(key)
-            self._unflushed_records += end
-        self._note_rewinds()
-        return self._unflushed_records >= self.settings.batch_max
-
-    async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
-        """A changefeed partition's records: row checksums instead of DIV."""
-        topic, partition = key
-        if topic in self._schema_topics:
-            for record in records:
-                self._note_framing(topic, partition, record, self._framed)
-        await self.changefeeds.learn_schemas(records)
-        incidents = self.changefeeds.verify(topic, partition, records, now)
-        if incidents:
-            self._pending.setdefault(key, []).extend(incidents)
-        self._unflushed.add(key)
-        self._unflushed_records += len(records)
-
-    def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
-        """Incidents for `results` (then emptied), pending until their unit is written."""
-        observed = self._observed
-        live = self.live
-        behind = live.behind_deletions
-        for result in results:
-            incidents = incidents_for(result, now, live.deletion_behind(result) if behind else None)
-            observed.append((result, incidents[0] if incidents else None))
-            if incidents:
-                self._pending.setdefault(key, []).extend(incidents)
-        results.clear()
+        return await self.batches.process(batch)
 
     async def flush(self) -> None:
-        """Write everything validated since the last flush, in the crash protocol's order."""
-        if self._framed:
-            framed, self._framed = self._framed, {}
-            await self._judge_schemas(framed, self._pending)
-        for incident in self.changefeeds.give_up_held(self.clock()):
-            self._pending.setdefault((incident.topic, incident.partition), []).append(incident)
-        if self.audit is not None:
-            self._judge_traces()
-        await self._check_recreated_topics()
-        await self._poll_log_starts()
-        await self._check_high_watermarks()
-        self._note_rewinds()
-        self._evict_over_limit()
-        await self._write_units(sorted(self._unflushed | self._pending.keys()))
-        await hand_over_table_writes(self.app)
-        self._unflushed.clear()
-        self._unflushed_records = 0
-        observed, self._observed = self._observed, []
-        self.runs.observe(observed)
-        self._watch.clear()
-        self.stats.batches += 1
-
-    def _evict_over_limit(self) -> None:
-        """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
-        recently seen, before their writes (which delete them) and after the incident."""
-        now = self.clock()
-        for key in sorted(self.live.loaded):
-            eviction = self.live.evict_over_limit(*key)
-            if eviction is None:
-                continue
-            incident = eviction_incident(eviction, now)
-            self._pending.setdefault(key, []).append(incident)
-            self._unflushed.add(key)
-            self.stats.producers_evicted += len(eviction.guids)
-
-    def _judge_traces(self) -> None:
-        """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their
-        observations partition's table changes."""
-        audit = cast(PipelineAudit, self.audit)
-        now = self.clock()
-        for partition, verdict in audit.judge(now):
-            if verdict.outcome.value != "DELIVERED":
-                incident = trace_incident(verdict, now)
-                self._pending.setdefault((self.settings.observations, partition), []).append(incident)
-        for partition in audit.judges:
-            self._unflushed.add((self.settings.observations, partition))
-
-    def _note_framing(self, topic: str, partition: int, record: FetchedRecord, framed: dict) -> None:
-        parts = (
-            (("value", record.value), ("key", record.key))
-            if self.settings.schema_check_keys
-            else (("value", record.value),)
-        )
-        for message_field, raw in parts:
-            schema_id = schema_id_of(raw)
-            if schema_id is None:
-                continue
-            seen = framed.get((topic, partition, message_field, schema_id))
-            if seen is None:
-                framed[(topic, partition, message_field, schema_id)] = [
-                    record.offset,
-                    record.timestamp,
-                    1,
-                ]
-            else:
-                seen[2] += 1
-
-    async def _write_units(self, partitions: Sequence[tuple[str, int]]) -> None:
-        # Incidents are acknowledged before the state that accounts for them is written: a
-        # crash between the two re-emits them under the same keys, never loses them.
-        # So are the key ledger's entries: a crash before the state re-sends the same entries.
-        incidents = [i for tp in partitions for i in self._pending.pop(tp, ())]
-        acks: list[Awaitable[object]] = [*await self._send_ledger_entries(partitions)]
-        acks += await self._send_observations(partitions)
-        await self._send_incidents(incidents)
-        await asyncio.gather(*acks)
-        trace_acks: list[asyncio.Future] = []
-        for topic, partition in partitions:
-            if topic == self.settings.observations:
-                trace_acks += await self._write_traces(partition)
-                continue
-            writes = self.live.take_writes(topic, partition)
-            with writing_in_partition(topic, partition):
-                if writes is None:
-                    continue
-                table = self._table_of_topic[topic]
-                for n, (key, state) in enumerate(writes.in_order(), 1):
-                    if state is None:
-                        table.pop(key, None)
-                    else:
-                        table[key] = state
-                    if not n % TABLE_WRITES_PER_TURN:
-                        # A unit may write 100,000s of keys (a producer each): the web views
-                        # and /health answer in between. The partition context is this task's.
-                        await asyncio.sleep(0)
-            self.stats.state_writes += 1
-        # The traces table's changelog is sent outside Faust's producer buffer: awaited here,
-        # like the observations, so a failed write fails the flush before anything commits.
-        await asyncio.gather(*trace_acks)
-
-    async def _send_observations(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Future]:
-        """Hand the observations of `partitions`' traced records to the producer, in whole
-        batches per observations partition; their acks."""
-        audit = self.audit
-        if audit is None:
-            return []
-        records = [record for tp in partitions for record in audit.take_observations(*tp)]
-        if not records:
-            return []
-        topic = self.settings.observations
-        acks: list[asyncio.Future] = []
-        by_partition = observations_by_partition(records, await topic_partitions(self.app, topic))
-        for partition, batch in sorted(by_partition.items()):
-            acks += await send_in_batches(self.app, topic, partition, batch)
-        return acks
-
-    async def _write_traces(self, partition: int) -> list[asyncio.Future]:
-        """The changed trace states of one observations partition into the `traces` table;
-        the acks of their changelog records."""
-        changes = cast(PipelineAudit, self.audit).take_changes(partition)
-        if not changes:
-            return []
-        acks = await write_partition(self.app, self.trace_table, self.settings.observations, partition, changes)
-        self.stats.state_writes += 1
-        return acks
+        await self.batches.flush()
 
 
 def build_app(
@@ -1116,7 +388,7 @@ def build_app(
         store="rocksdb://",
         datadir=str(settings.data_dir),
         processing_guarantee=settings.processing_guarantee,
-        # Takeover after a worker dies takes about two session timeouts (README, "Timeouts").
+        # Takeover after a worker dies takes about two session timeouts (docs/worker.md#takeover).
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=settings.heartbeat_interval_s,
         broker_commit_interval=settings.commit_interval_s,
@@ -1171,6 +443,6 @@ def build_app(
 
     @app.task
     async def watch_state_schemas():
-        await worker.watch_state_schemas(settings.schema_recheck_s)
+        await worker.schemas.watch_state_schemas(settings.schema_recheck_s)
 
     return app, worker

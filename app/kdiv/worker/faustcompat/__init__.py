@@ -3,8 +3,9 @@
 Everything here names what Faust does that kdiv corrects or needs: exact end offsets and
 exact seeks after assignment (`transport`), the watched topics' records in whole batches
 (`batches`, taken in bulk from the worker's own aiokafka fetcher by `parsed`, with their
-batches' leader epochs and OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key by key or in
-whole batches (`tables`), and reads of recovery and assignment
+batches' leader epochs and OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key
+by key or in whole batches (`tables`; the unit of work's writes go through them and Faust's
+producer in `sink`), and reads of recovery and assignment
 state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
 aiokafka names are listed in `PRIVATE_NAMES` too, so one test checks them all.

@@ -1,0 +1,61 @@
+"""The table writes that save a partition's validation: state keys and encoded values, in the
+order the worker's crash protocol writes them (`kdiv.worker.unit`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from kdiv.div.ledger import ledger_key
+from kdiv.div.segment import as_segment
+from kdiv.div.validator import Checkpoint, PartitionValidation
+from kdiv.state.tables import partition_key, producer_key
+from kdiv.state.values import StateValues
+
+
+@dataclass(slots=True)
+class StateWrites:
+    """Writes for one partition, in order: the partition state first, then its producers."""
+
+    topic: str
+    partition: int
+    partition_value: bytes
+    # (key, value); value None deletes the key (a producer expired by max age or evicted).
+    producers: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def in_order(self) -> list[tuple[bytes, bytes | None]]:
+        """(key, value) pairs in the order the crash protocol needs: partition first, then producers."""
+        return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
+
+
+def partition_writes(
+    values: StateValues,
+    topic: str,
+    partition: int,
+    part: PartitionValidation,
+    checkpoint: Checkpoint,
+    changed: Collection[bytes],
+    evicted: Collection[bytes],
+) -> StateWrites:
+    """The partition state, the `changed` producers still tracked, and deletions of those
+    evicted (`evicted`, when not seen again since) or expired (`checkpoint.expired`)."""
+    writes = StateWrites(topic, partition, values.encode(part))
+    for guid in sorted(changed):
+        segment = checkpoint.upserts.get(guid)
+        if segment is not None:
+            writes.producers.append((producer_key(topic, partition, guid), values.encode(as_segment(segment))))
+        elif guid in evicted:
+            writes.producers.append((producer_key(topic, partition, guid), None))
+    for guid in checkpoint.expired:
+        writes.producers.append((producer_key(topic, partition, guid), None))
+    return writes
+
+
+def ledger_writes(
+    values: StateValues, topic: str, partition: int, entries: Mapping[bytes, bytes | None]
+) -> list[tuple[bytes, bytes]]:
+    """Key ledger records of one partition from its packed entries per record key; None (a
+    DIV control record, no user data) writes nothing."""
+    encode = values.encode_packed_key_validation
+    prefix = ledger_key(topic, partition, b"")
+    return [(prefix + key, encode(packed)) for key, packed in entries.items() if packed is not None]

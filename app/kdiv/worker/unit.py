@@ -1,0 +1,195 @@
+"""The unit of work: what a flush writes, per partition, and the crash protocol that writes it.
+
+Validation adds to a `UnitOfWork` and does no I/O; `commit` then writes everything through a
+`StateSink`, in the numbered steps of the crash protocol (`kdiv.worker.live` says why this
+order makes a crash at any point lose nothing and report nothing twice):
+
+1. Hand the key ledger entries and the route topics' observations to the producer.
+2. Send the incidents, and wait until the incidents, ledger entries and observations are all
+   acknowledged: a crash after this re-sends the same records under the same keys.
+3. Write each partition's state: the partition state first, then its producers' states, in
+   the order of one changelog partition.
+4. Write the open traces of the observations partitions, and wait until the changelog
+   records of the state and the traces are acknowledged.
+5. Release: every write is handed over; the source offsets the unit covers may be committed
+   from then on (never before: a commit says everything before it is saved).
+
+A sink that fails at any step leaves a prefix of these writes; the source records after the
+last commit are then read and validated again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kdiv.worker.incidents import Incident
+from kdiv.worker.live import LiveValidation
+
+# (key, value); value None deletes the key.
+Change = tuple[bytes, bytes | None]
+
+
+class StateSink(Protocol):
+    """Where a unit of work is written: the incidents topic, the key ledger, the observations
+    topic, the state and trace tables. A send returns the acknowledgements to wait for."""
+
+    async def send_ledger(self, topic: str, partition: int, entries: Sequence[tuple[bytes, bytes]]) -> list[Awaitable]:
+        """Step 1: key ledger entries of one watched partition, handed to the producer."""
+        ...
+
+    async def send_observations(self, records: Sequence[tuple[bytes, bytes]]) -> list[Awaitable]:
+        """Step 1: observations (key, value) to the observations topic."""
+        ...
+
+    async def send_incidents(self, incidents: Sequence[Incident]) -> list[Awaitable]:
+        """Step 2: incidents to the incidents topic."""
+        ...
+
+    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+        """Step 3: one partition's state changes, in order, into its table."""
+        ...
+
+    async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+        """Step 4: one observations partition's trace changes into the traces table."""
+        ...
+
+    async def release(self) -> None:
+        """Step 5: every write handed over; the unit's source offsets may be committed."""
+        ...
+
+
+class AuditWrites(Protocol):
+    """What the pipeline audit (`kdiv.worker.audit.PipelineAudit`) leaves to write."""
+
+    def take_observations(self, topic: str, partition: int) -> list[tuple[bytes, bytes]]: ...
+
+    def take_changes(self, partition: int) -> list[Change]: ...
+
+
+@dataclass(slots=True)
+class PartitionWork:
+    """What one partition has pending: written together by `UnitOfWork.commit`."""
+
+    incidents: list[Incident] = field(default_factory=list)
+    ledger: list[tuple[bytes, bytes]] = field(default_factory=list)
+    state: list[Change] = field(default_factory=list)
+    has_state: bool = False
+    observations: list[tuple[bytes, bytes]] = field(default_factory=list)
+    traces: list[Change] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What one commit wrote, for the worker's counters."""
+
+    incidents: int = 0
+    ledger_entries: int = 0
+    state_writes: int = 0
+    # The incidents written, for the log (once acknowledged, as the topic has them).
+    written_incidents: tuple[Incident, ...] = ()
+
+
+class UnitOfWork:
+    """Pending writes per partition (topic, partition), validated and not yet written."""
+
+    def __init__(self) -> None:
+        self._work: dict[tuple[str, int], PartitionWork] = {}
+
+    def _of(self, key: tuple[str, int]) -> PartitionWork:
+        work = self._work.get(key)
+        if work is None:
+            work = self._work[key] = PartitionWork()
+        return work
+
+    def touch(self, key: tuple[str, int]) -> None:
+        """The partition has validated records: its state is taken at the next commit."""
+        self._of(key)
+
+    def add_incident(self, key: tuple[str, int], incident: Incident) -> None:
+        self._of(key).incidents.append(incident)
+
+    def add_incidents(self, key: tuple[str, int], incidents: Iterable[Incident]) -> None:
+        self._of(key).incidents.extend(incidents)
+
+    def incidents(self, key: tuple[str, int]) -> list[Incident]:
+        """The partition's pending incidents (empty when none)."""
+        work = self._work.get(key)
+        return [] if work is None else work.incidents
+
+    def drop(self, key: tuple[str, int]) -> None:
+        """Forget the partition's pending work (validated against a log that is gone)."""
+        self._work.pop(key, None)
+
+    @property
+    def partitions(self) -> list[tuple[str, int]]:
+        """The partitions with pending work, sorted."""
+        return sorted(self._work)
+
+    def __bool__(self) -> bool:
+        return bool(self._work)
+
+    def split(self, partitions: Iterable[tuple[str, int]]) -> UnitOfWork:
+        """A unit of `partitions`' pending work, taken out of this one."""
+        unit = UnitOfWork()
+        for key in partitions:
+            work = self._work.pop(key, None)
+            unit._work[key] = work if work is not None else PartitionWork()
+        return unit
+
+    def gather(self, live: LiveValidation, audit: AuditWrites | None, observations_topic: str) -> None:
+        """Take into the unit what validation holds for its partitions: from `live` the key
+        ledger entries and state writes (partition state first, then its producers), from
+        `audit` the route partitions' observations and the observations partitions' traces."""
+        for key in self.partitions:
+            work = self._work[key]
+            topic, partition = key
+            if audit is not None:
+                if topic == observations_topic:
+                    work.traces.extend(audit.take_changes(partition))
+                    continue
+                work.observations.extend(audit.take_observations(topic, partition))
+            work.ledger.extend(live.take_ledger_writes(topic, partition))
+            writes = live.take_writes(topic, partition)
+            if writes is not None:
+                work.state.extend(writes.in_order())
+                work.has_state = True
+
+    async def commit(self, sink: StateSink) -> Committed:
+        """Write the unit through `sink` in the crash protocol's steps (module docstring); the
+        unit is empty afterwards. An exception from the sink leaves the rest unwritten."""
+        work, self._work = sorted(self._work.items()), {}
+        # 1. Ledger entries and observations handed over, their acks awaited in step 2.
+        acks: list[Awaitable] = []
+        ledger_entries = 0
+        for (topic, partition), part in work:
+            if part.ledger:
+                acks += await sink.send_ledger(topic, partition, part.ledger)
+                ledger_entries += len(part.ledger)
+        observations = [record for _, part in work for record in part.observations]
+        if observations:
+            acks += await sink.send_observations(observations)
+        # 2. Incidents before the state that accounts for them: a crash between the two
+        # re-emits them under the same keys, never loses them.
+        incidents = [incident for _, part in work for incident in part.incidents]
+        if incidents:
+            acks += await sink.send_incidents(incidents)
+        await asyncio.gather(*acks)
+        # 3. The state, partition by partition.
+        state_writes = 0
+        table_acks: list[Awaitable] = []
+        for (topic, partition), part in work:
+            if part.has_state:
+                table_acks += await sink.write_state(topic, partition, part.state)
+                state_writes += 1
+        # 4. The open traces; both tables' changelogs acknowledged before the offsets commit.
+        for (_topic, partition), part in work:
+            if part.traces:
+                table_acks += await sink.write_traces(partition, part.traces)
+                state_writes += 1
+        await asyncio.gather(*table_acks)
+        # 5. Released: the source offsets may commit.
+        await sink.release()
+        return Committed(len(incidents), ledger_entries, state_writes, tuple(incidents))
