@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from kdiv.clock import renderable_ms
+from kdiv.clock import iso_utc, renderable_ms
 
 HOUR_MS = 3_600_000
 # The chart's bucket widths: the smallest that puts the whole span in TIMELINE_BUCKETS.
@@ -38,17 +37,6 @@ class IncidentLike(Protocol):
     verdict: str
     severity: str
     detected_at_ms: int
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def iso(ms: int | None) -> str | None:
-    """ms since the epoch as ISO 8601 UTC ("…Z"); None for a time no date can show."""
-    if not renderable_ms(ms):
-        return None
-    moment = _EPOCH + timedelta(milliseconds=ms)  # type: ignore[arg-type]
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def worst(*states: str) -> str:
@@ -90,9 +78,9 @@ class Faults:
             "last_hour": {"fatal": self.fatal_last_hour, "warning": self.warning_last_hour},
             "held": {"fatal": self.fatal, "warning": self.warning},
             "first_ms": self.first_ms,
-            "first": iso(self.first_ms),
+            "first": iso_utc(self.first_ms),
             "last_ms": self.last_ms,
-            "last": iso(self.last_ms),
+            "last": iso_utc(self.last_ms),
         }
 
 
@@ -148,9 +136,9 @@ def _grid(partitions: list[dict], tally: _Tally) -> dict:
                 "fatal": counts.fatal,
                 "warning": counts.warning,
                 "first_fault_ms": counts.first_ms,
-                "first_fault": iso(counts.first_ms),
+                "first_fault": iso_utc(counts.first_ms),
                 "last_fault_ms": counts.last_ms,
-                "last_fault": iso(counts.last_ms),
+                "last_fault": iso_utc(counts.last_ms),
             }
         )
         shown += 1
@@ -185,9 +173,9 @@ def _groups(tally: _Tally, topic: str | None, partition: int | None, offset: int
                 "fatal": faults.fatal,
                 "warning": faults.warning,
                 "first_ms": faults.first_ms,
-                "first": iso(faults.first_ms),
+                "first": iso_utc(faults.first_ms),
                 "last_ms": faults.last_ms,
-                "last": iso(faults.last_ms),
+                "last": iso_utc(faults.last_ms),
             }
             for (t, p, verdict), faults in page
         ],
@@ -209,9 +197,9 @@ def timeline(incidents: Iterable[IncidentLike], now_ms: int, first_ms: int | Non
     return {
         "bucket_ms": width,
         "start_ms": start,
-        "start": iso(start),
+        "start": iso_utc(start),
         "end_ms": end,
-        "end": iso(end),
+        "end": iso_utc(end),
         "fatal": fatal,
         "warning": warning,
     }
@@ -241,7 +229,7 @@ def reconciliation_state(reconciliation: dict) -> str:
 
 def reason(what: str, topic: str | None = None, partition: int | None = None, since_ms: int | None = None) -> dict:
     """One thing wrong: what, where (topic, partition when it is one's) and since when."""
-    return {"what": what, "topic": topic, "partition": partition, "since_ms": since_ms, "since": iso(since_ms)}
+    return {"what": what, "topic": topic, "partition": partition, "since_ms": since_ms, "since": iso_utc(since_ms)}
 
 
 def _reasons(
@@ -304,7 +292,7 @@ def reconciliation_json(reconciliation: dict, report_url: str | None) -> dict:
         "findings": sum(counts.values()),
         "counts": counts,
         "finished_at_ms": finished if renderable_ms(finished) else None,
-        "finished_at": iso(finished) if renderable_ms(finished) else None,
+        "finished_at": iso_utc(finished) if renderable_ms(finished) else None,
         "error": summary.get("error"),
         "report": report_url,
     }
@@ -353,7 +341,7 @@ def overview(
     )
     return {
         "now_ms": now_ms,
-        "now": iso(now_ms),
+        "now": iso_utc(now_ms),
         "state": state,
         "reasons": _reasons(tally, failed_pushes, process, unavailable_workers, reconciliation),
         "process": process,

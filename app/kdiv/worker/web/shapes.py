@@ -7,10 +7,8 @@ can show them); the field names are those of docs/web-views.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import cast
 
-from kdiv.clock import renderable_ms
+from kdiv.clock import iso_utc
 from kdiv.div.wire import ChecksumType
 
 
@@ -53,14 +51,14 @@ def producer_json(topic: str, partition: int, guid: bytes, segment, faults: Prod
         "checksum_type": ChecksumType(segment.checksum_type).name,
         "last_offset": segment.last_offset,
         "last_producer_timestamp_ms": segment.last_producer_ts,
-        "last_producer_time": iso_time(segment.last_producer_ts),
+        "last_producer_time": iso_utc(segment.last_producer_ts),
         "first_producer_timestamp_ms": segment.first_seen_ts if segment.first_seen_ts >= 0 else None,
-        "first_producer_time": iso_time(segment.first_seen_ts),
+        "first_producer_time": iso_utc(segment.first_seen_ts),
         "incidents": dict(sorted(faults.counts.items())),
         "first_incident_ms": faults.first_ms,
-        "first_incident_time": iso_time(faults.first_ms),
+        "first_incident_time": iso_utc(faults.first_ms),
         "last_incident_ms": faults.last_ms,
-        "last_incident_time": iso_time(faults.last_ms),
+        "last_incident_time": iso_utc(faults.last_ms),
     }
 
 
@@ -117,24 +115,12 @@ def partition_json(worker, topic: str, partition: int, part) -> dict:
     }
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def iso_time(ms: int | None) -> str | None:
-    """ms since the epoch as ISO 8601 UTC; None for none (-1 or less: not known) and for a
-    time no date can show (`renderable_ms`), whose raw number the views give beside it."""
-    if not renderable_ms(ms):
-        return None
-    moment = _EPOCH + timedelta(milliseconds=cast(int, ms))
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def incident_json(incident) -> dict:
     """An incident as the views show it: its fields (kdiv/incident/schema.json), and its times
     also as ISO 8601 UTC."""
     fields = incident.to_json()
-    fields["detected_at"] = iso_time(incident.detected_at_ms)
-    fields["record_time"] = iso_time(incident.record_timestamp_ms)
+    fields["detected_at"] = iso_utc(incident.detected_at_ms)
+    fields["record_time"] = iso_utc(incident.record_timestamp_ms)
     return fields
 
 
