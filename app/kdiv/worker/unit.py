@@ -85,11 +85,14 @@ class PartitionWork:
 class Committed:
     """What one commit wrote, for the worker's counters."""
 
-    incidents: int = 0
-    ledger_entries: int = 0
-    state_writes: int = 0
     # The incidents written, for the log (once acknowledged, as the topic has them).
     written_incidents: tuple[Incident, ...] = ()
+    ledger_entries: int = 0
+    state_writes: int = 0
+
+    @property
+    def incidents(self) -> int:
+        return len(self.written_incidents)
 
 
 class UnitOfWork:
@@ -192,4 +195,4 @@ class UnitOfWork:
         await asyncio.gather(*table_acks)
         # 5. Released: the source offsets may commit.
         await sink.release()
-        return Committed(len(incidents), ledger_entries, state_writes, tuple(incidents))
+        return Committed(tuple(incidents), ledger_entries, state_writes)
