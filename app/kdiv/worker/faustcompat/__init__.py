@@ -123,6 +123,12 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ),
     ("aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher", None, "parsed: the worker's fetcher"),
     (
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.verify_event_path",
+        ("self", "now", "tp"),
+        "overridden: not while a partition's position is being reset (Faust reads it and crashes)",
+    ),
+    ("aiokafka.consumer.fetcher:Fetcher._subscriptions", None, "a partition's position state (verify_event_path)"),
+    (
         "aiokafka.consumer.fetcher:Fetcher._proc_fetch_request",
         ("self", "assignment", "node_id", "request"),
         "parsed: bound to the worker's fetcher with its records and results in place",

@@ -38,6 +38,7 @@ from contextlib import aclosing
 from typing import cast
 
 import faust.transport.drivers as drivers
+from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
@@ -85,6 +86,18 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         handler = cast(BatchDrainConsumer, self.consumer).batch_handler
         if handler is not None:
             parse_in_bulk(self._ensure_consumer(), handler.topics)
+
+    def verify_event_path(self, now: float, tp: TP) -> None:
+        """Faust's livelock check of one partition, skipped while the partition has no
+        position: aiokafka is resetting it (records deleted under the worker moved the log
+        start past its fetch), and Faust's check would read the position and crash the
+        worker. The check runs again at its next round, once the reset is done."""
+        subscription = self._ensure_consumer()._fetcher._subscriptions.subscription
+        assignment = None if subscription is None else subscription.assignment
+        state = None if assignment is None else assignment.state_value(TopicPartition(tp.topic, tp.partition))
+        if state is not None and not state.has_valid_position:
+            return None
+        return super().verify_event_path(now, tp)
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         return await end_offsets(self._ensure_consumer(), partitions, tansu=self.tansu)
