@@ -119,13 +119,15 @@ class MemorySink:
             self._write("incident", incident.key, incident)
         return []
 
-    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+    async def write_state(
+        self, topic: str, partition: int, changes: Sequence[Change], *, again: bool = False
+    ) -> list[Awaitable]:
         self.steps.append("state")
         for key, value in changes:
             self._write("state", key, value)
         return []
 
-    async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+    async def write_traces(self, partition: int, changes: Sequence[Change], *, again: bool = False) -> list[Awaitable]:
         self.steps.append("traces")
         for key, value in changes:
             self._write("trace", key, value)

@@ -278,6 +278,15 @@ class Settings:
     # Records validated at most between two state writes (written at every commit anyway).
     batch_max: int = 100_000
     commit_interval_s: float = 1.0
+    # Liveness bounds (docs/worker.md#liveness): each request of the worker's producer to the
+    # broker, each commit of a unit of work (then written again), how long a partition with
+    # a backlog may make no progress before it is `stalled`, how often the true log ends are
+    # read, and how long a stop (SIGTERM) may take before the worker exits anyway.
+    broker_timeout_s: float = 20.0
+    commit_timeout_s: float = 30.0
+    stall_s: float = 60.0
+    progress_poll_s: float = 5.0
+    stop_timeout_s: float = 8.0
     recent_incidents: int = 10_000
     # One log line per incident written (kdiv.worker.incident_log); off: the incidents topic only.
     log_incidents: bool = True
@@ -349,6 +358,11 @@ class Settings:
             replication_factor=env.int("REPLICATION_FACTOR", cls.replication_factor, minimum=1),
             batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
             commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
+            broker_timeout_s=env.float("BROKER_TIMEOUT_S", cls.broker_timeout_s),
+            commit_timeout_s=env.float("COMMIT_TIMEOUT_S", cls.commit_timeout_s),
+            stall_s=env.float("STALL_S", cls.stall_s),
+            progress_poll_s=env.float("PROGRESS_POLL_S", cls.progress_poll_s),
+            stop_timeout_s=env.float("STOP_TIMEOUT_S", cls.stop_timeout_s),
             recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
             log_incidents=env.bool("LOG_INCIDENTS", cls.log_incidents),
             kafka_security=KafkaSecurity.from_env(environ),

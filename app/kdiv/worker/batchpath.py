@@ -10,12 +10,15 @@ deletions, evictions) and commits the unit through the sink (`kdiv.worker.unit`)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
+from aiokafka.errors import KafkaError
 from faust.types import TP
 
+from kdiv.clock import iso_utc
 from kdiv.div.record import consumed
 from kdiv.div.validator import ValidationResult
 from kdiv.div.wire import scan_div_header
@@ -29,9 +32,16 @@ from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.ownership import Ownership
 from kdiv.worker.rewinds import RewindChecks
 from kdiv.worker.schemas import SchemaChecks
-from kdiv.worker.unit import StateSink, UnitOfWork
+from kdiv.worker.unit import CommitFailures, CommitTimedOut, StateSink, UnitOfWork
 
 log = logging.getLogger("kdiv.worker")
+
+# A commit that failed is tried again after this long, doubling up to the cap: a broker
+# back from an outage is written to within seconds.
+RETRY_FIRST_S = 0.5
+RETRY_CAP_S = 2.0
+# What a commit may fail with and be tried again: a broker that does not answer, or not in time.
+RETRIABLE = (KafkaError, CommitTimedOut, TimeoutError, OSError)
 
 
 class BatchPath:
@@ -56,6 +66,7 @@ class BatchPath:
         audit: PipelineAudit | None,
         observations: str,
         trace_table: Any = None,
+        commit_timeout_s: float | None = None,
     ) -> None:
         self.live = live
         self.unit = unit
@@ -74,6 +85,8 @@ class BatchPath:
         self.audit = audit
         self.observations = observations
         self.trace_table = trace_table
+        self.commit_timeout_s = commit_timeout_s
+        self.commit_failures = CommitFailures()
         self._unflushed_records = 0
         # (result, its incident) of the bulk path's reported results, for the fault run log.
         self._observed: list = []
@@ -217,9 +230,28 @@ class BatchPath:
             self.unit.touch((self.observations, partition))
 
     async def _commit(self, unit: UnitOfWork) -> None:
-        """Take what validation left for the unit's partitions into it, and commit it."""
+        """Take what validation left for the unit's partitions into it, and commit it; a
+        commit that fails on the broker, or takes longer than its bound, is tried again,
+        whole, until it is written (the offsets wait: nothing after the last commit counts)."""
         unit.gather(self.live, self.audit, self.observations)
-        committed = await unit.commit(self.sink)
+        failures = self.commit_failures
+        retry_s = RETRY_FIRST_S
+        while True:
+            try:
+                committed = await unit.commit(self.sink, self.commit_timeout_s)
+                break
+            except RETRIABLE as failure:
+                if failures.failed(failure, self.clock()):
+                    log.warning(
+                        "commit failed, tried again until written (offsets wait): %s: %s",
+                        type(failure).__name__,
+                        failures.last_error,
+                    )
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, RETRY_CAP_S)
+        since, attempts = failures.succeeded()
+        if since is not None:
+            log.warning("commit written after %d failed attempts since %s", attempts, iso_utc(since))
         self.stats.incidents_sent += committed.incidents
         self.runs.written(committed.written_incidents)
         self.stats.ledger_entries_sent += committed.ledger_entries

@@ -38,7 +38,19 @@ class WorkerCollector:
         producers = GaugeMetricFamily("kdiv_producers_tracked", "Producers with state, per partition", labels=_TP)
         in_push = GaugeMetricFamily("kdiv_partition_in_push", "1 between START_OF_PUSH and END_OF_PUSH", labels=_TP)
         push_failed = GaugeMetricFamily("kdiv_push_failed", "1 when the last push had a fatal fault", labels=_TP)
-        lag = GaugeMetricFamily("kdiv_consumer_lag", "Records behind the partition's high watermark", labels=_TP)
+        lag = GaugeMetricFamily(
+            "kdiv_consumer_lag",
+            "Records not yet validated, up to the partition's true log end (ListOffsets)",
+            labels=_TP,
+        )
+        lag_age = GaugeMetricFamily(
+            "kdiv_lag_age_seconds", "Age of the oldest record not yet validated, at most (0: none)", labels=_TP
+        )
+        stalled = GaugeMetricFamily(
+            "kdiv_partition_stalled",
+            "1 while the partition has records not validated and no progress for KDIV_STALL_S",
+            labels=_TP,
+        )
         recovering = GaugeMetricFamily(
             "kdiv_partition_recovering",
             "Per partition assigned to this worker: 1 while its state is being restored, 0 once loaded "
@@ -62,17 +74,16 @@ class WorkerCollector:
             producers.add_metric(labels, len(part.tracker.segments))
             in_push.add_metric(labels, int(part.in_push))
             push_failed.add_metric(labels, int(part.push_failed))
-            behind = worker.lag(topic, partition)
-            if behind is not None:
-                lag.add_metric(labels, behind)
         # Changefeed partitions: rows verified by checksum (by verdict in kdiv_changefeed_rows).
         for topic, partition in changefeed_partitions:
-            labels = [topic, str(partition)]
-            validated.add_metric(labels, worker.changefeeds.records[(topic, partition)])
-            behind = worker.lag(topic, partition)
-            if behind is not None:
-                lag.add_metric(labels, behind)
-        yield from (validated, faults, untracked, producers, in_push, push_failed, lag, recovering)
+            validated.add_metric([topic, str(partition)], worker.changefeeds.records[(topic, partition)])
+        for measured in worker.partition_progress():
+            labels = [measured.topic, str(measured.partition)]
+            stalled.add_metric(labels, int(measured.stalled))
+            if measured.lag is not None:
+                lag.add_metric(labels, measured.lag)
+                lag_age.add_metric(labels, (measured.lag_age_ms or 0) / 1000)
+        yield from (validated, faults, untracked, producers, in_push, push_failed, lag, lag_age, stalled, recovering)
 
         rows = CounterMetricFamily(
             "kdiv_changefeed_rows",
@@ -155,7 +166,18 @@ class WorkerCollector:
             yield counter
 
         recovery = worker.recovery_status()
+        liveness = worker.liveness()
         for name, help_text, value in (
+            (
+                "kdiv_progress_unknown",
+                "1 while the true log ends could not be read for KDIV_STALL_S (progress not measured)",
+                int(liveness.blind),
+            ),
+            (
+                "kdiv_commit_failing_seconds",
+                "How long commits have been failing and tried again (0: the last one was written)",
+                liveness.commit_failing_ms / 1000,
+            ),
             ("kdiv_recovery_in_progress", "1 while tables are being restored", int(recovery["in_progress"])),
             ("kdiv_recovery_active_remaining", "Changelog records left to restore", recovery["active_remaining"]),
             ("kdiv_recovery_standby_remaining", "Changelog records standbys are behind", recovery["standby_remaining"]),

@@ -60,10 +60,12 @@ from kdiv.worker.incidents import (
     RecentIncidents,
 )
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.logends import LogEnds
 from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.ownership import Ownership
+from kdiv.worker.progress import Liveness, PartitionProgress, Progress
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
-from kdiv.worker.rewinds import RewindChecks, fetched_highwater
+from kdiv.worker.rewinds import RewindChecks
 from kdiv.worker.schemas import SchemaChecks
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
@@ -147,6 +149,17 @@ class ValidationWorker:
         self.incidents_read_to: dict[int, int] = {}
         self.runs = IncidentLog(log, settings.log_incidents)
         self.stats = WorkerStats()
+        # Progress against the true log ends (docs/worker.md#liveness).
+        self.progress = Progress(int(settings.stall_s * 1000))
+        self.log_ends = LogEnds(
+            settings,
+            self.progress,
+            self.assigned_partitions,
+            lambda key: committed_offset(app, TP(*key)),
+            clock,
+            tansu=cluster.tansu,
+            paused=lambda: recovery_status(app)["in_progress"] or not self.schemas.state_schema_ready.is_set(),
+        )
         self.schemas = SchemaChecks(
             settings,
             cluster,
@@ -222,6 +235,7 @@ class ValidationWorker:
             audit=self.audit,
             observations=settings.observations,
             trace_table=self.trace_table if self.audit is not None else None,
+            commit_timeout_s=settings.commit_timeout_s,
         )
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
@@ -315,19 +329,36 @@ class ValidationWorker:
         self.runs.written(incidents)
 
     def lag(self, topic: str, partition: int) -> int | None:
-        """Records between the last validated one and the partition's high watermark."""
-        if topic in self.changefeed_topics:
-            last_offset = self.changefeeds.last_offsets.get((topic, partition))
-            if last_offset is None:  # nothing verified since the worker started: from its position
-                committed = committed_offset(self.app, TP(topic, partition))
-                last_offset = None if committed is None else committed - 1
-        else:
-            part = self.live.validator.partitions.get((topic, partition))
-            last_offset = None if part is None else part.last_offset
-        highwater = fetched_highwater(self.app, topic, partition)
-        if last_offset is None or highwater is None:
-            return None
-        return max(highwater - (last_offset + 1), 0)
+        """Records between the last validated one and the partition's true log end (None:
+        not measured yet)."""
+        measured = self.progress.of((topic, partition), self.clock())
+        return None if measured is None else measured.lag
+
+    def partition_progress(self) -> list[PartitionProgress]:
+        """Every assigned partition's progress against its true log end."""
+        return self.progress.snapshot(self.clock())
+
+    def liveness(self) -> Liveness:
+        """Whether the worker makes progress: stalled partitions, commits failing, log ends unread."""
+        now = self.clock()
+        progress = self.progress
+        failures = self.batches.commit_failures
+        return Liveness(
+            stalled=tuple(p for p in progress.snapshot(now) if p.stalled),
+            blind=progress.measured_blind(now),
+            blind_since_ms=progress.log_ends_failing_since_ms,
+            log_ends_error=progress.log_ends_error,
+            commit_failing_since_ms=failures.since_ms,
+            commit_attempts=failures.attempts,
+            commit_error=failures.last_error,
+            commit_failing_ms=0 if failures.since_ms is None else max(now - failures.since_ms, 0),
+            stall_ms=progress.stall_ms,
+        )
+
+    def on_flushed(self, offsets: Mapping[TP, int]) -> None:
+        now = self.clock()
+        for tp, offset in offsets.items():
+            self.progress.validated((tp.topic, tp.partition), offset, now)
 
     def is_loaded(self, topic: str, partition: int) -> bool:
         """True once a partition can be judged here: its saved state installed, or, for a
@@ -400,6 +431,9 @@ def build_app(
         # commit's key ledger entries took dozens of round trips while the worker waited.
         # Well under Kafka's default message.max.bytes (1 MiB).
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
+        # Faust's default is 20 minutes: a request the broker never answers would hold a
+        # commit that long. Bounded, a commit fails and is written again (docs/worker.md#liveness).
+        producer_request_timeout=settings.broker_timeout_s,
         table_standby_replicas=settings.standby_replicas,
         topic_replication_factor=settings.replication_factor,
         key_serializer="raw",
@@ -440,6 +474,10 @@ def build_app(
     @app.task
     async def poll_committed_offsets():
         await worker.poll_committed_offsets()
+
+    @app.task
+    async def measure_progress():
+        await worker.log_ends.run_forever()
 
     @app.task
     async def watch_state_schemas():

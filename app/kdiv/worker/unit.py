@@ -15,7 +15,10 @@ order makes a crash at any point lose nothing and report nothing twice):
    from then on (never before: a commit says everything before it is saved).
 
 A sink that fails at any step leaves a prefix of these writes; the source records after the
-last commit are then read and validated again.
+last commit are then read and validated again. A commit is bounded in time (`commit`'s
+`timeout_s`): past it, or on a broker error, the unit keeps everything and the next `commit`
+writes it all again under the same keys, so a retry doubles no incident and loses none
+(`again` tells the sink to write tombstones it may already have written).
 """
 
 from __future__ import annotations
@@ -48,11 +51,14 @@ class StateSink(Protocol):
         """Step 2: incidents to the incidents topic."""
         ...
 
-    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
-        """Step 3: one partition's state changes, in order, into its table."""
+    async def write_state(
+        self, topic: str, partition: int, changes: Sequence[Change], *, again: bool = False
+    ) -> list[Awaitable]:
+        """Step 3: one partition's state changes, in order, into its table; `again`: a retry
+        of a failed commit (a delete may already be in the store, its tombstone not sent)."""
         ...
 
-    async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+    async def write_traces(self, partition: int, changes: Sequence[Change], *, again: bool = False) -> list[Awaitable]:
         """Step 4: one observations partition's trace changes into the traces table."""
         ...
 
@@ -95,11 +101,41 @@ class Committed:
         return len(self.written_incidents)
 
 
+class CommitTimedOut(Exception):
+    """A commit did not finish within its bound; the unit keeps its writes for a retry."""
+
+
+@dataclass(slots=True)
+class CommitFailures:
+    """The commits failing now: since when, how many attempts, the last error (for /health)."""
+
+    since_ms: int | None = None
+    attempts: int = 0
+    last_error: str | None = None
+
+    def failed(self, error: BaseException, now_ms: int) -> bool:
+        """Count a failed attempt; True for the first of a run (the one to log)."""
+        first = self.since_ms is None
+        if first:
+            self.since_ms = now_ms
+        self.attempts += 1
+        self.last_error = (str(error) or type(error).__name__)[:300]
+        return first
+
+    def succeeded(self) -> tuple[int | None, int]:
+        """End a run of failures; (since, attempts) of the run that ended (since None: none)."""
+        ended = (self.since_ms, self.attempts)
+        self.since_ms, self.attempts, self.last_error = None, 0, None
+        return ended
+
+
 class UnitOfWork:
     """Pending writes per partition (topic, partition), validated and not yet written."""
 
     def __init__(self) -> None:
         self._work: dict[tuple[str, int], PartitionWork] = {}
+        # A commit of this unit failed: the next one writes everything again.
+        self.failed_commits = 0
 
     def _of(self, key: tuple[str, int]) -> PartitionWork:
         work = self._work.get(key)
@@ -137,6 +173,7 @@ class UnitOfWork:
     def split(self, partitions: Iterable[tuple[str, int]]) -> UnitOfWork:
         """A unit of `partitions`' pending work, taken out of this one."""
         unit = UnitOfWork()
+        unit.failed_commits = self.failed_commits
         for key in partitions:
             work = self._work.pop(key, None)
             unit._work[key] = work if work is not None else PartitionWork()
@@ -160,10 +197,28 @@ class UnitOfWork:
                 work.state.extend(writes.in_order())
                 work.has_state = True
 
-    async def commit(self, sink: StateSink) -> Committed:
+    async def commit(self, sink: StateSink, timeout_s: float | None = None) -> Committed:
         """Write the unit through `sink` in the crash protocol's steps (module docstring); the
-        unit is empty afterwards. An exception from the sink leaves the rest unwritten."""
-        work, self._work = sorted(self._work.items()), {}
+        unit is empty afterwards. Past `timeout_s` (CommitTimedOut) or on an exception from
+        the sink, the unit keeps every write, and its next commit writes them all again."""
+        work = sorted(self._work.items())
+        try:
+            committed = await asyncio.wait_for(self._write(work, sink, bool(self.failed_commits)), timeout_s)
+        except TimeoutError:
+            self.failed_commits += 1
+            raise CommitTimedOut(f"the commit did not finish within {timeout_s:g} s") from None
+        except BaseException:
+            self.failed_commits += 1
+            raise
+        # Only what was taken: a partition added while the commit ran stays pending.
+        for key, part in work:
+            if self._work.get(key) is part:
+                del self._work[key]
+        self.failed_commits = 0
+        return committed
+
+    @staticmethod
+    async def _write(work: list[tuple[tuple[str, int], PartitionWork]], sink: StateSink, again: bool) -> Committed:
         # 1. Ledger entries and observations handed over, their acks awaited in step 2.
         acks: list[Awaitable] = []
         ledger_entries = 0
@@ -179,20 +234,26 @@ class UnitOfWork:
         incidents = [incident for _, part in work for incident in part.incidents]
         if incidents:
             acks += await sink.send_incidents(incidents)
-        await asyncio.gather(*acks)
+        await _acknowledged(acks)
         # 3. The state, partition by partition.
         state_writes = 0
         table_acks: list[Awaitable] = []
         for (topic, partition), part in work:
             if part.has_state:
-                table_acks += await sink.write_state(topic, partition, part.state)
+                table_acks += await sink.write_state(topic, partition, part.state, again=again)
                 state_writes += 1
         # 4. The open traces; both tables' changelogs acknowledged before the offsets commit.
         for (_topic, partition), part in work:
             if part.traces:
-                table_acks += await sink.write_traces(partition, part.traces)
+                table_acks += await sink.write_traces(partition, part.traces, again=again)
                 state_writes += 1
-        await asyncio.gather(*table_acks)
+        await _acknowledged(table_acks)
         # 5. Released: the source offsets may commit.
         await sink.release()
         return Committed(tuple(incidents), ledger_entries, state_writes)
+
+
+async def _acknowledged(acks: list[Awaitable]) -> None:
+    """Wait for every acknowledgement; shielded, so a commit given up (its bound passed)
+    leaves the producer's own futures alone."""
+    await asyncio.gather(*(asyncio.shield(ack) for ack in acks))

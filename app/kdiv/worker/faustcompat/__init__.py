@@ -125,7 +125,7 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     (
         "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.verify_event_path",
         ("self", "now", "tp"),
-        "overridden: not while a partition's position is being reset (Faust reads it and crashes)",
+        "overridden: the watched topics are judged by kdiv's progress, not Faust's; not while a partition's position is being reset",
     ),
     ("aiokafka.consumer.fetcher:Fetcher._subscriptions", None, "a partition's position state (verify_event_path)"),
     (

@@ -53,6 +53,10 @@ class SourceBatchHandler(Protocol):
         """Write everything pending; afterwards every processed record may be committed."""
         ...
 
+    def on_flushed(self, offsets: Mapping[TP, int]) -> None:
+        """Every record before these offsets is validated and written (progress)."""
+        ...
+
 
 _HANDLER = "kdiv_batch_handler"
 
@@ -179,7 +183,9 @@ class BatchDrainConsumer:
 
     async def _flush_locked(self, handler: SourceBatchHandler) -> None:
         await handler.flush()
-        self._offsets("_kdiv_flushed").update(self._offsets("_kdiv_processed"))
+        processed = self._offsets("_kdiv_processed")
+        self._offsets("_kdiv_flushed").update(processed)
+        handler.on_flushed(processed)
 
     async def flush_batches(self) -> None:
         """Write what the handler holds, once the batch in progress is done."""
@@ -229,6 +235,9 @@ class BatchDrainConsumer:
     def mark_flushed(self, offsets: Mapping[TP, int]) -> None:
         """Have the next commit commit these offsets, as if records up to them were flushed."""
         self._offsets("_kdiv_flushed").update(offsets)
+        handler = self.batch_handler
+        if handler is not None:
+            handler.on_flushed(offsets)
 
     def forget_batches(self, tps) -> None:
         """After a seek: what was processed or flushed before it counts for nothing."""

@@ -50,6 +50,18 @@ async def hand_over_table_writes(app: Any) -> None:
     await app.producer.buffer.flush()
 
 
+async def track_topic(app: Any, topic: str) -> None:
+    """Have the producer's client keep `topic`'s metadata, before the first write to it.
+
+    Once aiokafka's client tracks any topic, each metadata refresh asks for the tracked topics
+    only and replaces what it knew. A topic it learned otherwise (from the full fetch at its
+    start, before any topic was tracked) is then dropped, and a batch already queued for it
+    waits for a leader that no refresh brings back, until the request timeout: under load,
+    the worker's first commit waited so for a state changelog. A tracked topic stays."""
+    producer = app.producer._ensure_producer()
+    await producer.client.add_topic(topic)
+
+
 async def send_in_batches(
     app: Any, topic: str, partition: int, records: Iterable[tuple[bytes, bytes | None]]
 ) -> list[asyncio.Future]:
@@ -66,6 +78,7 @@ async def send_counted_batches(
 ) -> list[tuple[asyncio.Future, int]]:
     """`send_in_batches`, with each batch's record count: a batch's future resolves to the
     metadata of its first record, so its last record's offset is that offset + count - 1."""
+    await track_topic(app, topic)
     producer = app.producer._ensure_producer()
     sent = []
     batch = producer.create_batch()

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from kdiv.worker.audit import observations_by_partition
-from kdiv.worker.faustcompat.internals import hand_over_table_writes, send_in_batches, topic_partitions
+from kdiv.worker.faustcompat.internals import hand_over_table_writes, send_in_batches, topic_partitions, track_topic
 from kdiv.worker.faustcompat.tables import write_partition
 from kdiv.worker.incidents import Incident
 from kdiv.worker.unit import Change
@@ -50,18 +50,23 @@ class FaustSink:
         return acks
 
     async def send_incidents(self, incidents: Sequence[Incident]) -> list[Awaitable]:
+        await track_topic(self.app, self.incidents_topic)
         producer = self.app.producer
         return [await producer.send(self.incidents_topic, i.key, i.value, None, None, None) for i in incidents]
 
-    async def write_state(self, topic: str, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
+    async def write_state(
+        self, topic: str, partition: int, changes: Sequence[Change], *, again: bool = False
+    ) -> list[Awaitable]:
         """One RocksDB write batch and the changelog records in whole batches, as for the
         traces (`write_partition`: Faust's per-key path under exactly_once); the partition is
         the source partition's, as Faust's co-partitioned tables have it."""
         table = self.table_of_topic[topic]
-        return list(await write_partition(self.app, table, topic, partition, changes))
+        return list(await write_partition(self.app, table, topic, partition, changes, again=again))
 
-    async def write_traces(self, partition: int, changes: Sequence[Change]) -> list[Awaitable]:
-        return list(await write_partition(self.app, self.trace_table, self.observations_topic, partition, changes))
+    async def write_traces(self, partition: int, changes: Sequence[Change], *, again: bool = False) -> list[Awaitable]:
+        return list(
+            await write_partition(self.app, self.trace_table, self.observations_topic, partition, changes, again=again)
+        )
 
     async def release(self) -> None:
         await hand_over_table_writes(self.app)

@@ -55,24 +55,32 @@ def writing_in_partition(topic: str, partition: int) -> Iterator[None]:
 
 
 async def write_partition(
-    app: Any, table: Any, source_topic: str, partition: int, changes: Sequence[tuple[bytes, bytes | None]]
+    app: Any,
+    table: Any,
+    source_topic: str,
+    partition: int,
+    changes: Sequence[tuple[bytes, bytes | None]],
+    *,
+    again: bool = False,
 ) -> list[asyncio.Future]:
     """Write `changes` (key, value; None deletes) to one partition of a plain table with raw
-    keys and values, as `table[key] = value` and `table.pop(key, None)` under
-    `writing_in_partition(source_topic, partition)` would, one after the other; the futures
-    of the changelog batches, to await before the source offsets commit.
+        keys and values, as `table[key] = value` and `table.pop(key, None)` under
+        `writing_in_partition(source_topic, partition)` would, one after the other; the futures
+        of the changelog batches, to await before the source offsets commit.
 
-    Faust's per-key write is a RocksDB put, a changelog send through its producer buffer and,
-    per acknowledged record, a RocksDB write of the persisted offset: several times the cost
-    of the audit's own work per trace. Here: one RocksDB write batch, the changelog records
-    appended to aiokafka record batches (`send_counted_batches`), and per acknowledged batch
-    the persisted offset of its last record, which recovery restores after. Faust's key index
-    (a cache of key -> partition for reads outside a stream) is not fed: such a read looks in
-    every partition instead. Deleting an absent key writes nothing, as in Faust.
+        Faust's per-key write is a RocksDB put, a changelog send through its producer buffer and,
+        per acknowledged record, a RocksDB write of the persisted offset: several times the cost
+        of the audit's own work per trace. Here: one RocksDB write batch, the changelog records
+        appended to aiokafka record batches (`send_counted_batches`), and per acknowledged batch
+        the persisted offset of its last record, which recovery restores after. Faust's key index
+        (a cache of key -> partition for reads outside a stream) is not fed: such a read looks in
+        every partition instead. Deleting an absent key writes nothing, as in Faust, except `again`
+    (a retry of a failed commit): the key may be absent because the failed attempt deleted it
+    without its tombstone being acknowledged, so every delete sends its tombstone.
 
-    Under exactly_once the changelog records belong to the source partition's transaction,
-    which only Faust's producer joins: the writes then go through Faust, key by key, as they
-    do for a store other than rocksdict's RocksDB.
+        Under exactly_once the changelog records belong to the source partition's transaction,
+        which only Faust's producer joins: the writes then go through Faust, key by key, as they
+        do for a store other than rocksdict's RocksDB.
     """
     if not changes:
         return []
@@ -89,12 +97,15 @@ async def write_partition(
                     table[key] = value
         return []
     batch = rocksdict.WriteBatch(raw_mode=True)
-    deleted = [key for key, value in changes if value is None]
+    deleted = [] if again else [key for key, value in changes if value is None]
     records: Sequence[tuple[bytes, bytes | None]] = changes
     if not deleted:
-        put = batch.put
+        put, delete = batch.put, batch.delete
         for key, value in changes:
-            put(key, value)
+            if value is None:
+                delete(key)  # `again`: its tombstone is sent whether or not the key is there
+            else:
+                put(key, value)
     else:
         # Whether each deleted key is in the store at its turn: Faust's pop sends no
         # tombstone for an absent key.

@@ -88,10 +88,16 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             parse_in_bulk(self._ensure_consumer(), handler.topics)
 
     def verify_event_path(self, now: float, tp: TP) -> None:
-        """Faust's livelock check of one partition, skipped while the partition has no
-        position: aiokafka is resetting it (records deleted under the worker moved the log
-        start past its fetch), and Faust's check would read the position and crash the
-        worker. The check runs again at its next round, once the reset is done."""
+        """Faust's livelock check of one partition, for the partitions Faust's streams read
+        (changelogs) only. The watched topics' records never pass through a Faust stream, so
+        Faust would judge them stuck ("Stream has not started processing", a 17-line error
+        every few seconds) while they are validated; their progress is measured against the
+        true log ends instead (`kdiv.worker.logends`). It is also skipped while a partition
+        has no position (aiokafka resetting it after records were deleted under the worker),
+        where Faust's check would crash the worker."""
+        handler = cast(BatchDrainConsumer, self.consumer).batch_handler
+        if handler is not None and tp.topic in handler.topics:
+            return None
         subscription = self._ensure_consumer()._fetcher._subscriptions.subscription
         assignment = None if subscription is None else subscription.assignment
         state = None if assignment is None else assignment.state_value(TopicPartition(tp.topic, tp.partition))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from faust.web import Request
 
+from kdiv.clock import iso_utc
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.web.handlers import Answer, Site
@@ -44,11 +45,16 @@ def health(worker) -> tuple[int, dict]:
     findings = [f.to_json() for f in worker.state_check.open.values()]
     lookups = worker.lookups
     waiting = not worker.state_schema_ready.is_set()
+    liveness = worker.liveness()
+    # Stalled: validation makes no progress where records wait (docs/worker.md#liveness).
+    stalled = liveness.is_stalled
     status = (
         "waiting_for_registry"
         if waiting
         else "recovering"
         if recovery["in_progress"]
+        else "stalled"
+        if stalled
         else "degraded"
         if findings
         else "ready"
@@ -59,6 +65,25 @@ def health(worker) -> tuple[int, dict]:
         "recovering": recovering,
         "failed": failed,
         "recovery": recovery,
+        "stalled": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "since": iso_utc(p.stalled_since_ms),
+                "lag": p.lag,
+                "lag_age_s": None if p.lag_age_ms is None else p.lag_age_ms / 1000,
+            }
+            for p in liveness.stalled
+        ],
+        "reasons": liveness.reasons(),
+        "progress": {
+            "lag": sum(p.lag or 0 for p in worker.partition_progress()),
+            "log_ends_unreadable_since": iso_utc(liveness.blind_since_ms),
+            "log_ends_error": liveness.log_ends_error,
+            "commit_failing_since": iso_utc(liveness.commit_failing_since_ms),
+            "commit_attempts": liveness.commit_attempts,
+            "commit_error": liveness.commit_error,
+        },
         "state_load_errors": worker.load_errors_seen,
         "state_schema_findings": findings,
         "schema_registry": {
@@ -72,7 +97,7 @@ def health(worker) -> tuple[int, dict]:
     }
     # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
     # faults, reported but not a reason to restart the worker.
-    return (503 if recovery["in_progress"] or waiting else 200), body
+    return (503 if recovery["in_progress"] or waiting or stalled else 200), body
 
 
 def last_reconciliation(worker) -> tuple[int, dict]:

@@ -1,0 +1,177 @@
+"""Reading the true log ends of the assigned partitions, on a connection of its own, and
+judging the worker's progress against them (`kdiv.worker.progress`).
+
+The worker's own consumer knows only the high watermark of its last fetch, and a worker whose
+fetches or commits wait says nothing through it: the log ends are read here, with ListOffsets
+on a separate consumer, each read bounded by KDIV_BROKER_TIMEOUT_S. A stall is logged once when
+it begins and once when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from kdiv.clock import iso_utc
+from kdiv.config.settings import Settings
+from kdiv.kafka.consume import standalone_consumer
+from kdiv.kafka.tansu import end_offsets
+from kdiv.worker.progress import Key, Progress
+
+log = logging.getLogger("kdiv.worker")
+
+# Errors of a broker that does not answer, or not in time: measured as "unknown", retried.
+UNREACHABLE = (KafkaError, TimeoutError, OSError)
+
+
+class LogEnds:
+    """Every `progress_poll_s`: the assigned partitions, their true log starts and ends, and
+    the stalls that began or ended."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        progress: Progress,
+        assigned: Callable[[], list[Key]],
+        committed: Callable[[Key], int | None],
+        clock: Callable[[], int],
+        tansu: bool = False,
+        paused: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.settings = settings
+        self.progress = progress
+        self.assigned = assigned
+        self.committed = committed
+        self.clock = clock
+        self.tansu = tansu
+        # True while no progress is expected (tables being restored).
+        self.paused = paused
+        self._consumer: AIOKafkaConsumer | None = None
+        self._blind_logged = False
+
+    async def run_forever(self) -> None:
+        """Poll until cancelled (the app's stop)."""
+        try:
+            while True:
+                await asyncio.sleep(self.settings.progress_poll_s)
+                await self.poll_once()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                await asyncio.wait_for(consumer.stop(), self.settings.broker_timeout_s)
+            except UNREACHABLE:
+                pass  # stopping: nothing waits for it
+
+    async def poll_once(self) -> None:
+        """One measurement: log ends read, suspects looked at, stalls judged and logged."""
+        now = self.clock()
+        keys = self.assigned()
+        progress = self.progress
+        progress.assign(keys, now)
+        for key in keys:
+            progress.starts_at(key, self.committed(key), now)
+        if self.paused():
+            progress.hold(now)
+        timeout = self.settings.broker_timeout_s
+        try:
+            consumer = await self._started()
+            tps = [TopicPartition(topic, partition) for topic, partition in keys]
+            ends = await asyncio.wait_for(end_offsets(consumer, tps, tansu=self.tansu), timeout) if tps else {}
+            starts = await asyncio.wait_for(consumer.beginning_offsets(tps), timeout) if tps else {}
+            progress.log_ends({(tp.topic, tp.partition): (starts.get(tp, 0), end) for tp, end in ends.items()}, now)
+            for key, validated, end in progress.suspects(int(2 * self.settings.progress_poll_s * 1000), now):
+                if await self._holds_no_record(consumer, key, validated, end):
+                    progress.only_markers_before_end(key, now)
+        except UNREACHABLE as error:
+            progress.log_ends_failed(_describe(error, timeout), now)
+            await self._restart()
+        now = self.clock()
+        self._log_blindness(now)
+        for change in progress.judge(now):
+            topic, partition = change.key
+            if change.began:
+                log.warning(
+                    "validation stalled on %s[%d] since %s: %s records not validated, none validated for %.0f s",
+                    topic,
+                    partition,
+                    iso_utc(change.since_ms),
+                    change.lag,
+                    (now - change.since_ms) / 1000,
+                )
+            else:
+                log.warning(
+                    "validation resumed on %s[%d], stalled since %s (%.0f s)",
+                    topic,
+                    partition,
+                    iso_utc(change.since_ms),
+                    (now - change.since_ms) / 1000,
+                )
+
+    def _log_blindness(self, now: int) -> None:
+        progress = self.progress
+        if progress.measured_blind(now) and not self._blind_logged:
+            self._blind_logged = True
+            log.warning(
+                "progress unknown: the log ends could not be read since %s (%s); retrying",
+                iso_utc(progress.log_ends_failing_since_ms or now),
+                progress.log_ends_error,
+            )
+        elif progress.log_ends_failing_since_ms is None and self._blind_logged:
+            self._blind_logged = False
+            log.warning("progress measured again: the log ends are read")
+
+    async def _started(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            consumer = standalone_consumer(
+                self.settings.bootstrap,
+                security=self.settings.kafka_security,
+                isolation_level="read_committed",
+                request_timeout_ms=int(self.settings.broker_timeout_s * 1000),
+                max_partition_fetch_bytes=64 * 1024,
+            )
+            try:
+                await asyncio.wait_for(consumer.start(), self.settings.broker_timeout_s)
+            except BaseException:
+                await self._stop_quietly(consumer)
+                raise
+            self._consumer = consumer
+        return self._consumer
+
+    async def _restart(self) -> None:
+        """After a failed read: a new connection next time (a frozen one may never answer)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await self._stop_quietly(consumer)
+
+    async def _stop_quietly(self, consumer: AIOKafkaConsumer) -> None:
+        try:
+            await asyncio.wait_for(consumer.stop(), self.settings.broker_timeout_s)
+        except UNREACHABLE:
+            pass  # a connection that does not close is dropped with the consumer
+
+    async def _holds_no_record(self, consumer: AIOKafkaConsumer, key: Key, validated: int, end: int) -> bool:
+        """True when [validated, end) holds no record a read_committed consumer reads: only
+        transaction markers or aborted records, which no validation will ever move past."""
+        tp = TopicPartition(*key)
+        consumer.assign([tp])
+        consumer.seek(tp, validated)
+        timeout = self.settings.broker_timeout_s
+        fetched = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000, max_records=1), timeout)
+        if any(record.offset < end for record in fetched.get(tp, ())):
+            return False
+        position = await asyncio.wait_for(consumer.position(tp), timeout)
+        return position >= end
+
+
+def _describe(error: BaseException, timeout: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    return f"{type(error).__name__}: {error}"[:300]

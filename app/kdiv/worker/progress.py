@@ -1,0 +1,267 @@
+"""The worker's progress, measured against the true log ends: per partition the validated
+offset, the log end read from the broker (ListOffsets), the lag, the age of the oldest record
+not yet validated, and whether the partition is `stalled` (docs/worker.md#liveness).
+
+Pure: the offsets and times are handed in (`kdiv.worker.logends` reads the log ends,
+the batch path reports what it committed); nothing here reads a clock or the broker.
+
+The oldest unvalidated record's age comes from the log ends' history: the record at the
+validated offset v was appended after the last read that saw the log end at or before v,
+and by the first read that saw it past v. Only the reads that moved the end are kept, and
+only from the one before v on, so the history stays short while the worker keeps up.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kdiv.clock import iso_utc
+
+Key = tuple[str, int]
+
+# Log end readings kept per partition at most; past it every other one is dropped (the
+# first, the one the age is read from, stays), so the age stays an upper bound.
+MAX_READINGS = 256
+
+
+@dataclass(slots=True)
+class _Partition:
+    # The next offset to validate: every record before it is validated and committed.
+    validated: int | None = None
+    # When `validated` last moved (or the partition was assigned).
+    moved_at_ms: int = 0
+    log_start: int | None = None
+    log_end: int | None = None
+    # (time read, log end) of the reads that moved the log end, in order.
+    readings: deque[tuple[int, int]] = field(default_factory=deque)
+    stalled_since_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProgress:
+    """One partition's progress at a moment, as the views and metrics show it."""
+
+    topic: str
+    partition: int
+    validated: int | None
+    log_end: int | None
+    # Records past the validated offset up to the true log end (None: not measured yet).
+    lag: int | None
+    # Age of the oldest record not yet validated, at most (0: none; None: not measured).
+    lag_age_ms: int | None
+    stalled_since_ms: int | None
+
+    @property
+    def stalled(self) -> bool:
+        return self.stalled_since_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class StallChange:
+    """A partition began or ended a stall: one log line each."""
+
+    key: Key
+    began: bool
+    since_ms: int
+    lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """Whether the worker makes progress, for /health, the dashboard and the metrics."""
+
+    stalled: tuple[PartitionProgress, ...]
+    # The log ends could not be read for the stall bound: progress is not measured.
+    blind: bool
+    blind_since_ms: int | None
+    log_ends_error: str | None
+    commit_failing_since_ms: int | None
+    commit_attempts: int
+    commit_error: str | None
+    commit_failing_ms: int
+    stall_ms: int
+
+    @property
+    def is_stalled(self) -> bool:
+        return bool(self.stalled) or self.blind or self.commit_failing_ms >= self.stall_ms
+
+    def reasons(self) -> list[str]:
+        """One line per reason, naming where and since when (ISO 8601 UTC)."""
+        lines = [
+            f"validation stalled on {p.topic}[{p.partition}] since {iso_utc(p.stalled_since_ms)}: "
+            f"{p.lag} records not validated"
+            for p in self.stalled
+        ]
+        if self.commit_failing_ms >= self.stall_ms:
+            lines.append(
+                f"commits failing since {iso_utc(self.commit_failing_since_ms)} "
+                f"({self.commit_attempts} attempts): {self.commit_error}"
+            )
+        if self.blind:
+            lines.append(f"progress unknown since {iso_utc(self.blind_since_ms)}: {self.log_ends_error}")
+        return lines
+
+
+class Progress:
+    """Per assigned partition: validated offset against the true log end; a partition with
+    records not validated and no progress for `stall_ms` is stalled."""
+
+    def __init__(self, stall_ms: int) -> None:
+        self.stall_ms = stall_ms
+        self._parts: dict[Key, _Partition] = {}
+        # When the log ends were last read, and since when reading them fails.
+        self.log_ends_read_at_ms: int | None = None
+        self.log_ends_failing_since_ms: int | None = None
+        self.log_ends_error: str | None = None
+
+    # -- what the worker reports ------------------------------------------------------------
+
+    def assign(self, keys: set[Key] | list[Key], now_ms: int) -> None:
+        """The partitions assigned now: new ones are measured from `now_ms`, gone ones forgotten."""
+        wanted = set(keys)
+        for key in list(self._parts):
+            if key not in wanted:
+                del self._parts[key]
+        for key in wanted:
+            if key not in self._parts:
+                self._parts[key] = _Partition(moved_at_ms=now_ms)
+
+    def hold(self, now_ms: int) -> None:
+        """No progress is expected now (tables being restored): the stall clock starts again."""
+        for part in self._parts.values():
+            part.moved_at_ms = now_ms
+
+    def validated(self, key: Key, next_offset: int, now_ms: int) -> None:
+        """Every record of `key` before `next_offset` is validated and committed."""
+        part = self._parts.get(key)
+        if part is None:
+            return
+        if part.validated is None or next_offset > part.validated:
+            part.validated = next_offset
+            part.moved_at_ms = now_ms
+            self._drop_readings_before(part)
+        elif next_offset < part.validated:
+            # Read again from an earlier offset (a rewind, a seek back): that is where it is now.
+            part.validated = next_offset
+            part.moved_at_ms = now_ms
+
+    def starts_at(self, key: Key, offset: int | None, now_ms: int) -> None:
+        """Where a partition with nothing validated yet starts (its committed offset, or
+        None: from its log start)."""
+        part = self._parts.get(key)
+        if part is not None and part.validated is None and offset is not None:
+            part.validated = offset
+            part.moved_at_ms = now_ms
+
+    def log_ends(self, ends: dict[Key, tuple[int, int]], now_ms: int) -> None:
+        """The true (log start, log end) of partitions, read at `now_ms`."""
+        self.log_ends_read_at_ms = now_ms
+        self.log_ends_failing_since_ms = None
+        self.log_ends_error = None
+        for key, (start, end) in ends.items():
+            part = self._parts.get(key)
+            if part is None:
+                continue
+            part.log_start = start
+            if part.log_end is None or end != part.log_end:
+                part.readings.append((now_ms, end))
+                if len(part.readings) > MAX_READINGS:
+                    kept = list(part.readings)
+                    part.readings = deque([kept[0], *kept[1:-1:2], kept[-1]])
+            part.log_end = end
+            self._drop_readings_before(part)
+
+    def log_ends_failed(self, error: str, now_ms: int) -> None:
+        """Reading the log ends failed (the broker did not answer within its bound)."""
+        if self.log_ends_failing_since_ms is None:
+            self.log_ends_failing_since_ms = now_ms
+        self.log_ends_error = error
+
+    def only_markers_before_end(self, key: Key, now_ms: int) -> None:
+        """What lies between the validated offset and the log end holds no record a consumer
+        reads (transaction markers, aborted records): the partition is caught up."""
+        part = self._parts.get(key)
+        if part is not None and part.log_end is not None:
+            self.validated(key, part.log_end, now_ms)
+
+    # -- what is measured -------------------------------------------------------------------
+
+    def _effective(self, part: _Partition) -> int | None:
+        """The validated offset, or the log start when records before it were deleted."""
+        if part.validated is None:
+            return part.log_start
+        if part.log_start is not None and part.log_start > part.validated:
+            return part.log_start
+        return part.validated
+
+    def _drop_readings_before(self, part: _Partition) -> None:
+        # Keep the last reading at or before the validated offset: the record after it was
+        # appended after that reading.
+        v = self._effective(part)
+        readings = part.readings
+        if v is None:
+            return
+        while len(readings) > 1 and readings[1][1] <= v:
+            readings.popleft()
+
+    def _lag(self, part: _Partition) -> tuple[int | None, int | None]:
+        v = self._effective(part)
+        if v is None or part.log_end is None:
+            return None, None
+        lag = max(part.log_end - v, 0)
+        if lag == 0:
+            return 0, 0
+        appended_by = next((at for at, end in part.readings if end > v), None)
+        return lag, appended_by
+
+    def judge(self, now_ms: int) -> list[StallChange]:
+        """Mark partitions stalled or not at `now_ms`; the partitions that changed."""
+        changes = []
+        for key, part in sorted(self._parts.items()):
+            lag, appended_by = self._lag(part)
+            stalled_since = None
+            if lag:
+                # Stalled from when both held: a backlog, and no progress since.
+                since = max(part.moved_at_ms, appended_by if appended_by is not None else now_ms)
+                if now_ms - since >= self.stall_ms:
+                    stalled_since = since
+            if stalled_since is not None and part.stalled_since_ms is None:
+                changes.append(StallChange(key, True, stalled_since, lag))
+                part.stalled_since_ms = stalled_since
+            elif stalled_since is None and part.stalled_since_ms is not None:
+                changes.append(StallChange(key, False, part.stalled_since_ms, lag))
+                part.stalled_since_ms = None
+        return changes
+
+    def measured_blind(self, now_ms: int) -> bool:
+        """True when the log ends could not be read for `stall_ms`: progress is unknown."""
+        since = self.log_ends_failing_since_ms
+        return since is not None and now_ms - since >= self.stall_ms
+
+    def snapshot(self, now_ms: int) -> list[PartitionProgress]:
+        """Every assigned partition's progress, sorted."""
+        out = []
+        for (topic, partition), part in sorted(self._parts.items()):
+            lag, appended_by = self._lag(part)
+            age = None if lag is None else 0 if lag == 0 else max(now_ms - (appended_by or now_ms), 0)
+            out.append(
+                PartitionProgress(topic, partition, part.validated, part.log_end, lag, age, part.stalled_since_ms)
+            )
+        return out
+
+    def of(self, key: Key, now_ms: int) -> PartitionProgress | None:
+        """One partition's progress (None: not assigned here)."""
+        return next((p for p in self.snapshot(now_ms) if (p.topic, p.partition) == key), None)
+
+    def suspects(self, min_idle_ms: int, now_ms: int) -> list[tuple[Key, int, int]]:
+        """Partitions whose small backlog has not moved for `min_idle_ms`: (key, validated,
+        log end), to look whether it holds any record at all (`only_markers_before_end`)."""
+        out = []
+        for key, part in sorted(self._parts.items()):
+            v = self._effective(part)
+            if v is None or part.log_end is None or part.log_end <= v:
+                continue
+            if now_ms - part.moved_at_ms >= min_idle_ms:
+                out.append((key, v, part.log_end))
+        return out

@@ -1,0 +1,130 @@
+"""Progress against the true log ends: lag, the oldest unvalidated record's age, stalls."""
+
+from __future__ import annotations
+
+from kdiv.worker.progress import MAX_READINGS, Progress
+
+KEY = ("orders", 0)
+OTHER = ("orders", 1)
+S = 1000
+
+
+def _progress(stall_s: int = 60) -> Progress:
+    progress = Progress(stall_s * S)
+    progress.assign([KEY, OTHER], 0)
+    return progress
+
+
+def test_lag_is_measured_against_the_log_end_read_not_assumed():
+    progress = _progress()
+    assert progress.of(KEY, 0).lag is None  # nothing read yet: unknown, not zero
+    progress.starts_at(KEY, 0, 0)
+    progress.log_ends({KEY: (0, 1200)}, 5 * S)
+    assert progress.of(KEY, 5 * S).lag == 1200
+    progress.validated(KEY, 1000, 6 * S)
+    assert progress.of(KEY, 6 * S).lag == 200
+
+
+def test_the_oldest_unvalidated_record_is_dated_by_the_first_read_past_it():
+    progress = _progress()
+    progress.starts_at(KEY, 0, 0)
+    progress.log_ends({KEY: (0, 0)}, 0)
+    progress.log_ends({KEY: (0, 10)}, 5 * S)  # records 0..9 appended by 5 s
+    progress.log_ends({KEY: (0, 20)}, 10 * S)  # 10..19 by 10 s
+    assert progress.of(KEY, 30 * S).lag_age_ms == 25 * S
+    progress.validated(KEY, 10, 31 * S)
+    assert progress.of(KEY, 31 * S).lag_age_ms == 21 * S
+    progress.validated(KEY, 20, 32 * S)
+    measured = progress.of(KEY, 32 * S)
+    assert (measured.lag, measured.lag_age_ms) == (0, 0)
+
+
+def test_a_backlog_without_progress_for_the_bound_is_a_stall_and_ends_with_progress():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 48, 0)
+    progress.starts_at(OTHER, 0, 0)
+    progress.log_ends({KEY: (0, 48), OTHER: (0, 0)}, 1 * S)
+    progress.log_ends({KEY: (0, 1248), OTHER: (0, 0)}, 10 * S)
+    assert progress.judge(69 * S) == []  # 59 s since the backlog appeared: not yet
+    changes = progress.judge(70 * S)
+    assert [(c.key, c.began, c.since_ms, c.lag) for c in changes] == [(KEY, True, 10 * S, 1200)]
+    assert progress.judge(80 * S) == []  # one change, not one per judgement
+    assert [p.stalled_since_ms for p in progress.snapshot(80 * S)] == [10 * S, None]
+    progress.validated(KEY, 100, 90 * S)
+    ended = progress.judge(91 * S)
+    assert [(c.key, c.began, c.since_ms) for c in ended] == [(KEY, False, 10 * S)]
+    assert not progress.of(KEY, 91 * S).stalled
+
+
+def test_an_idle_partition_with_no_backlog_never_stalls():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 5, 0)
+    progress.log_ends({KEY: (0, 5)}, 0)
+    assert progress.judge(3600 * S) == []
+
+
+def test_progress_that_keeps_up_with_a_growing_log_is_no_stall():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 0, 0)
+    for second in range(0, 600, 5):
+        progress.log_ends({KEY: (0, (second + 5) * 10)}, second * S)
+        progress.validated(KEY, second * 10, second * S)
+        assert progress.judge(second * S) == []
+
+
+def test_records_deleted_before_validation_are_not_a_backlog():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 0, 0)
+    progress.log_ends({KEY: (500, 500)}, 0)  # DeleteRecords moved the log start to the end
+    assert progress.of(KEY, 0).lag == 0
+    assert progress.judge(600 * S) == []
+
+
+def test_a_tail_of_transaction_markers_is_caught_up_once_looked_at():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 10, 0)
+    progress.log_ends({KEY: (0, 11)}, 0)  # the commit marker at offset 10
+    assert progress.suspects(10 * S, 5 * S) == []
+    assert progress.suspects(10 * S, 10 * S) == [(KEY, 10, 11)]
+    progress.only_markers_before_end(KEY, 10 * S)
+    assert progress.of(KEY, 10 * S).lag == 0
+    assert progress.judge(600 * S) == []
+
+
+def test_no_stall_is_judged_while_progress_is_held_then_the_clock_restarts():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 0, 0)
+    progress.log_ends({KEY: (0, 100)}, 0)
+    progress.hold(100 * S)  # restoring tables until 100 s
+    assert progress.judge(150 * S) == []
+    assert progress.judge(160 * S)[0].since_ms == 100 * S
+
+
+def test_unreadable_log_ends_for_the_bound_make_progress_unknown():
+    progress = _progress(stall_s=60)
+    progress.log_ends_failed("no answer within 20 s", 10 * S)
+    progress.log_ends_failed("no answer within 20 s", 40 * S)
+    assert not progress.measured_blind(69 * S)
+    assert progress.measured_blind(70 * S)
+    progress.log_ends({}, 75 * S)
+    assert not progress.measured_blind(75 * S)
+
+
+def test_a_revoked_partition_is_forgotten_and_a_seek_back_is_where_it_is():
+    progress = _progress()
+    progress.starts_at(KEY, 100, 0)
+    progress.validated(KEY, 50, 1 * S)  # read again from 50 (a rewind)
+    assert progress.of(KEY, 1 * S).validated == 50
+    progress.assign([OTHER], 2 * S)
+    assert progress.of(KEY, 2 * S) is None
+
+
+def test_the_readings_kept_are_bounded_and_the_age_stays_an_upper_bound():
+    progress = _progress()
+    progress.starts_at(KEY, 0, 0)
+    progress.log_ends({KEY: (0, 0)}, 0)
+    for i in range(1, 5 * MAX_READINGS):
+        progress.log_ends({KEY: (0, i)}, i * S)
+    part = progress._parts[KEY]
+    assert len(part.readings) <= MAX_READINGS + 1
+    assert progress.of(KEY, 5 * MAX_READINGS * S).lag_age_ms == (5 * MAX_READINGS - 1) * S
