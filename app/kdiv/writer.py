@@ -34,7 +34,7 @@ from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord
 from kdiv.div.wire import ChecksumType, Kind
 from kdiv.kafka.failures import refusals_explained
-from kdiv.kafka.produce import new_producer
+from kdiv.kafka.produce import new_producer, track_topic
 from kdiv.trace.header import TRACE_HEADER, encode_trace
 from kdiv.trace.sampling import Sampler, SamplingSpec
 
@@ -109,6 +109,7 @@ class DivWriter:
 
     async def partitions(self, topic: str) -> list[int]:
         """The topic's partitions as the producer's metadata knows them; LookupError if none."""
+        await track_topic(self.producer, topic)
         found = await self.producer.partitions_for(topic)
         if not found:
             raise LookupError(f"topic {topic!r} has no partitions the producer can see")

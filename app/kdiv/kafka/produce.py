@@ -12,3 +12,14 @@ def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT,
     return AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers, **{"acks": "all", "linger_ms": 5, **security.aiokafka_kwargs(), **options}
     )
+
+
+async def track_topic(producer: AIOKafkaProducer, topic: str) -> None:
+    """Have the producer's client keep `topic`'s metadata; call before writing to it.
+
+    Once aiokafka's client tracks any topic, each metadata refresh asks for the tracked topics
+    only and replaces what it knew. A topic it learned otherwise (from the full fetch at its
+    start, before any topic was tracked) is then dropped, and a batch already queued for it
+    waits for a leader that no refresh brings back, until the request timeout. A tracked
+    topic stays. Cheap once tracked: a set lookup."""
+    await producer.client.add_topic(topic)

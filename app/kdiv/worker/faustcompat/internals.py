@@ -9,6 +9,8 @@ from typing import Any
 
 from faust.types import TP
 
+from kdiv.kafka.produce import track_topic as track_producer_topic
+
 
 def changelog_highwater(app: Any, tp: TP) -> int | None:
     """The end offset recovery restores a changelog partition to (None when not restoring it)."""
@@ -51,15 +53,10 @@ async def hand_over_table_writes(app: Any) -> None:
 
 
 async def track_topic(app: Any, topic: str) -> None:
-    """Have the producer's client keep `topic`'s metadata, before the first write to it.
-
-    Once aiokafka's client tracks any topic, each metadata refresh asks for the tracked topics
-    only and replaces what it knew. A topic it learned otherwise (from the full fetch at its
-    start, before any topic was tracked) is then dropped, and a batch already queued for it
-    waits for a leader that no refresh brings back, until the request timeout: under load,
-    the worker's first commit waited so for a state changelog. A tracked topic stays."""
-    producer = app.producer._ensure_producer()
-    await producer.client.add_topic(topic)
+    """Have the producer's client keep `topic`'s metadata before the first write to it
+    (`kdiv.kafka.produce.track_topic` says why: under load, the worker's first commit
+    otherwise waited for good on a state changelog's batch)."""
+    await track_producer_topic(app.producer._ensure_producer(), topic)
 
 
 async def send_in_batches(

@@ -22,7 +22,7 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import _current_event
 from faust.types import TP
 
-from kdiv.worker.faustcompat.internals import send_counted_batches
+from kdiv.worker.faustcompat.internals import send_counted_batches, track_topic
 
 
 class _Message:
@@ -89,6 +89,8 @@ async def write_partition(
         raise TypeError(f"table {table.name}: batched writes are for plain tables of raw keys and values")
     db = None if app.in_transaction or not isinstance(store, RocksDBStore) else store._db_for_partition(partition)
     if not isinstance(db, rocksdict.Rdict):
+        # Faust's producer sends these: their topic tracked first, as for the batched path.
+        await track_topic(app, table.changelog_topic.get_topic_name())
         with writing_in_partition(source_topic, partition):
             for key, value in changes:
                 if value is None:
