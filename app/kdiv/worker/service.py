@@ -61,6 +61,7 @@ from kdiv.worker.incidents import (
 )
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.logends import LogEnds
+from kdiv.worker.logfold import fold_repeats
 from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.ownership import Ownership
 from kdiv.worker.progress import Liveness, PartitionProgress, Progress
@@ -70,6 +71,7 @@ from kdiv.worker.schemas import SchemaChecks
 from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
 )
+from kdiv.worker.stopping import exit_when_stop_overruns
 from kdiv.worker.unit import UnitOfWork
 from kdiv.worker.web.incidents_reader import follow_incidents
 from kdiv.worker.web.server import register_views
@@ -468,6 +470,8 @@ def build_app(
         worker.on_assigned(assigned)
 
     register_views(app, worker)
+    exit_when_stop_overruns(lambda: app.should_stop, settings.stop_timeout_s)
+    fold_repeats()
 
     follow_incidents(app, worker)
 
