@@ -100,14 +100,15 @@ def test_no_stall_is_judged_while_progress_is_held_then_the_clock_restarts():
     assert progress.judge(160 * S)[0].since_ms == 100 * S
 
 
-def test_unreadable_log_ends_for_the_bound_make_progress_unknown():
-    progress = _progress(stall_s=60)
-    progress.log_ends_failed("no answer within 20 s", 10 * S)
-    progress.log_ends_failed("no answer within 20 s", 40 * S)
-    assert not progress.measured_blind(69 * S)
-    assert progress.measured_blind(70 * S)
-    progress.log_ends({}, 75 * S)
-    assert not progress.measured_blind(75 * S)
+def test_log_ends_unread_for_the_bound_make_progress_unknown_whether_or_not_a_read_failed_yet():
+    progress = _progress(stall_s=60)  # measuring from 0
+    assert not progress.measured_blind(59 * S) and progress.measured_blind(60 * S)
+    progress.log_ends({}, 70 * S)
+    assert not progress.measured_blind(129 * S)
+    progress.log_ends_failed("no answer within 20 s", 100 * S)  # a read still waiting counts too
+    assert progress.measured_blind(130 * S) and progress.blind_since_ms == 70 * S
+    progress.log_ends({}, 135 * S)
+    assert not progress.measured_blind(135 * S) and progress.log_ends_error is None
 
 
 def test_a_revoked_partition_is_forgotten_and_a_seek_back_is_where_it_is():

@@ -26,6 +26,7 @@ log = logging.getLogger("kdiv.worker")
 
 # Errors of a broker that does not answer, or not in time: measured as "unknown", retried.
 UNREACHABLE = (KafkaError, TimeoutError, OSError)
+JUDGE_EVERY_S = 1.0
 
 
 class LogEnds:
@@ -54,13 +55,22 @@ class LogEnds:
         self._blind_logged = False
 
     async def run_forever(self) -> None:
-        """Poll until cancelled (the app's stop)."""
+        """Read the log ends, and judge the progress every second, until cancelled (the app's
+        stop). Judging does not wait for a read: a read that hangs (the broker frozen) until
+        its bound still leaves the stall said within KDIV_STALL_S."""
+        judging = asyncio.ensure_future(self._judge_forever())
         try:
             while True:
                 await asyncio.sleep(self.settings.progress_poll_s)
                 await self.poll_once()
         finally:
+            judging.cancel()
             await self.close()
+
+    async def _judge_forever(self) -> None:
+        while True:
+            await asyncio.sleep(JUDGE_EVERY_S)
+            self.judge()
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -93,6 +103,11 @@ class LogEnds:
         except UNREACHABLE as error:
             progress.log_ends_failed(_describe(error, timeout), now)
             await self._restart()
+        self.judge()
+
+    def judge(self) -> None:
+        """Judge the stalls now; one log line per stall begun or ended."""
+        progress = self.progress
         now = self.clock()
         self._log_blindness(now)
         for change in progress.judge(now):
@@ -120,11 +135,11 @@ class LogEnds:
         if progress.measured_blind(now) and not self._blind_logged:
             self._blind_logged = True
             log.warning(
-                "progress unknown: the log ends could not be read since %s (%s); retrying",
-                iso_utc(progress.log_ends_failing_since_ms or now),
-                progress.log_ends_error,
+                "progress unknown: the log ends were last read at %s (%s); retrying",
+                iso_utc(progress.blind_since_ms),
+                progress.log_ends_error or "no answer yet",
             )
-        elif progress.log_ends_failing_since_ms is None and self._blind_logged:
+        elif not progress.measured_blind(now) and self._blind_logged:
             self._blind_logged = False
             log.warning("progress measured again: the log ends are read")
 

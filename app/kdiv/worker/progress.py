@@ -110,7 +110,8 @@ class Progress:
     def __init__(self, stall_ms: int) -> None:
         self.stall_ms = stall_ms
         self._parts: dict[Key, _Partition] = {}
-        # When the log ends were last read, and since when reading them fails.
+        # When measuring began, when the log ends were last read, since when reading them fails.
+        self.started_ms: int | None = None
         self.log_ends_read_at_ms: int | None = None
         self.log_ends_failing_since_ms: int | None = None
         self.log_ends_error: str | None = None
@@ -119,6 +120,8 @@ class Progress:
 
     def assign(self, keys: set[Key] | list[Key], now_ms: int) -> None:
         """The partitions assigned now: new ones are measured from `now_ms`, gone ones forgotten."""
+        if self.started_ms is None:
+            self.started_ms = now_ms
         wanted = set(keys)
         for key in list(self._parts):
             if key not in wanted:
@@ -235,9 +238,15 @@ class Progress:
         return changes
 
     def measured_blind(self, now_ms: int) -> bool:
-        """True when the log ends could not be read for `stall_ms`: progress is unknown."""
-        since = self.log_ends_failing_since_ms
-        return since is not None and now_ms - since >= self.stall_ms
+        """True when the log ends were not read for `stall_ms` (the broker does not answer, or
+        not in time): progress is unknown."""
+        last = self.log_ends_read_at_ms if self.log_ends_read_at_ms is not None else self.started_ms
+        return last is not None and now_ms - last >= self.stall_ms
+
+    @property
+    def blind_since_ms(self) -> int | None:
+        """Since when the log ends are unread (the last read, or the start)."""
+        return self.log_ends_read_at_ms if self.log_ends_read_at_ms is not None else self.started_ms
 
     def snapshot(self, now_ms: int) -> list[PartitionProgress]:
         """Every assigned partition's progress, sorted."""

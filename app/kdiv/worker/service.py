@@ -348,7 +348,7 @@ class ValidationWorker:
         return Liveness(
             stalled=tuple(p for p in progress.snapshot(now) if p.stalled),
             blind=progress.measured_blind(now),
-            blind_since_ms=progress.log_ends_failing_since_ms,
+            blind_since_ms=progress.blind_since_ms,
             log_ends_error=progress.log_ends_error,
             commit_failing_since_ms=failures.since_ms,
             commit_attempts=failures.attempts,
