@@ -318,9 +318,13 @@ def overview(
     reconciliation: dict,
     report_url: str | None,
     groups: GroupsQuery,
+    stalls: list[dict] | None = None,
 ) -> dict:
     """The overview's answer: state and reasons, counts by topic, the partition grid, a page
-    of incident groups, the chart's buckets and the last reconciliation."""
+    of incident groups, the chart's buckets and the last reconciliation. `stalls`: reasons
+    (`reason`) validation makes no progress, first on the page and red: while validation
+    stands still, no count below it can be trusted to be complete."""
+    stalls = stalls or []
     hour_ago = now_ms - HOUR_MS
     # Other workers' items: only those with the fields the grid is keyed by.
     partitions = [
@@ -335,7 +339,7 @@ def overview(
     reconcile = reconciliation_json(reconciliation, report_url)
     state = worst(
         tally.total.state,
-        RED if failed_pushes else GREEN,
+        RED if failed_pushes or stalls else GREEN,
         AMBER if process != "ready" or unavailable_workers else GREEN,
         reconcile["state"],
     )
@@ -343,7 +347,10 @@ def overview(
         "now_ms": now_ms,
         "now": iso_utc(now_ms),
         "state": state,
-        "reasons": _reasons(tally, failed_pushes, process, unavailable_workers, reconciliation),
+        "stalls": stalls,
+        "reasons": (stalls + _reasons(tally, failed_pushes, process, unavailable_workers, reconciliation))[
+            : MAX_REASONS + 1
+        ],
         "process": process,
         "faults": tally.total.to_json(),
         "failed_pushes": [{"topic": t, "partition": p} for t, p in failed_pushes],

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from faust.web import Request
 
-from kdiv.worker.overview import GROUPS_PAGE, MAX_GROUPS_PAGE, GroupsQuery, overview
+from kdiv.worker.overview import GROUPS_PAGE, MAX_GROUPS_PAGE, GroupsQuery, overview, reason
+from kdiv.worker.progress import Liveness
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.params import LOCAL, int_param, scope
 from kdiv.worker.web.partitions import partitions
@@ -48,5 +49,34 @@ async def overview_view(site: Site, request: Request) -> Answer:
             reconciliation=last,
             report_url=report_url(worker.settings.reconcile_reports, last.get("run")),
             groups=groups,
+            stalls=stall_reasons(worker.liveness()),
         )
     )
+
+
+def stall_reasons(liveness: Liveness) -> list[dict]:
+    """The overview's reasons that validation makes no progress, naming where and since when."""
+    reasons = [
+        reason(
+            f"validation stalled on {p.topic}[{p.partition}]: {p.lag} records not validated",
+            p.topic,
+            p.partition,
+            p.stalled_since_ms,
+        )
+        for p in liveness.stalled
+    ]
+    if liveness.commit_failing_ms >= liveness.stall_ms:
+        reasons.append(
+            reason(
+                f"validation stalled: commits failing ({liveness.commit_attempts} attempts): {liveness.commit_error}",
+                since_ms=liveness.commit_failing_since_ms,
+            )
+        )
+    if liveness.blind:
+        reasons.append(
+            reason(
+                f"validation progress unknown: the log ends cannot be read ({liveness.log_ends_error or 'no answer'})",
+                since_ms=liveness.blind_since_ms,
+            )
+        )
+    return reasons

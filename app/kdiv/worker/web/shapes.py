@@ -76,7 +76,7 @@ def changefeed_partition_json(worker, topic: str, partition: int) -> dict:
         "records": changefeeds.records[(topic, partition)],
         "counts": changefeeds.partition_counts(topic, partition),
         "producers": None,
-        "lag": worker.lag(topic, partition),
+        **progress_json(worker, topic, partition),
         "worker": str(worker.app.conf.canonical_url),
     }
 
@@ -93,7 +93,7 @@ def recovering_partition_json(worker, topic: str, partition: int) -> dict:
         "records": None,
         "counts": None,
         "producers": None,
-        "lag": None,
+        **progress_json(worker, topic, partition),
         "worker": str(worker.app.conf.canonical_url),
     }
 
@@ -110,8 +110,22 @@ def partition_json(worker, topic: str, partition: int, part) -> dict:
         "records": part.records,
         "counts": {verdict.value: n for verdict, n in part.counts.items()},
         "producers": len(part.tracker.segments),
-        "lag": worker.lag(topic, partition),
+        **progress_json(worker, topic, partition),
         "worker": str(worker.app.conf.canonical_url),
+    }
+
+
+def progress_json(worker, topic: str, partition: int) -> dict:
+    """A partition's progress against its true log end: lag (records), the oldest unvalidated
+    record's age, and since when it is stalled (docs/worker.md#liveness); None: not measured."""
+    measured = worker.progress.of((topic, partition), worker.clock())
+    if measured is None:
+        return {"lag": None, "lag_age_s": None, "stalled_since": None, "stalled_since_ms": None}
+    return {
+        "lag": measured.lag,
+        "lag_age_s": None if measured.lag_age_ms is None else measured.lag_age_ms / 1000,
+        "stalled_since": iso_utc(measured.stalled_since_ms),
+        "stalled_since_ms": measured.stalled_since_ms,
     }
 
 
