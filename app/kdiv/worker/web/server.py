@@ -22,7 +22,7 @@ from kdiv.worker.web.producers import producer_view, producers_view
 from kdiv.worker.web.reports import REPORT, report_policy, report_view
 from kdiv.worker.web.status import health_view, metrics_view, reconcile_view
 from kdiv.worker.webauth import SignedRequests, authentication_middleware, sign_answer
-from kdiv.worker.webguard import allowed_host_names, host_check_middleware, security_headers
+from kdiv.worker.webguard import allowed_host_names, clipped, host_check_middleware, security_headers
 
 
 class Route(NamedTuple):
@@ -70,7 +70,8 @@ async def json_errors(request, handler):
         if exc.status < 400:
             raise
         return web.json_response(
-            {"error": exc.reason, "message": f"{request.method} {request.path}: {exc.reason}"}, status=exc.status
+            {"error": exc.reason, "message": f"{clipped(request.method)} {clipped(request.path)}: {exc.reason}"},
+            status=exc.status,
         )
 
 
