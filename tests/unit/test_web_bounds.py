@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from kdiv.worker.webbounds import EVICTED, HEADER_TIMEOUT, MALFORMED, REFUSED, Admission, ConnectionTable, FaultTally
+from kdiv.worker.webbounds import (
+    EVICTED,
+    HEADER_TIMEOUT,
+    MALFORMED,
+    REFUSED,
+    Admission,
+    ConnectionTable,
+    FaultTally,
+    descriptor_shortage,
+)
 
 
 def test_under_the_cap_every_connection_is_admitted():
@@ -80,3 +89,11 @@ def test_an_interval_whose_every_fault_was_logged_adds_no_count_line():
     tally.record(EVICTED, 1.0)
     assert tally.summary(10.0) is None
     assert tally.interval_ends is None
+
+
+def test_a_cap_over_half_the_descriptor_limit_is_named():
+    assert descriptor_shortage(256, 1024) is None
+    assert descriptor_shortage(512, 1024) is None
+    assert descriptor_shortage(256, -1) is None  # no limit
+    shortage = descriptor_shortage(20_000, 20_000)
+    assert shortage is not None and "KDIV_WEB_MAX_CONNECTIONS=20000" in shortage and "20000" in shortage

@@ -55,6 +55,18 @@ class WebBounds:
         )
 
 
+def descriptor_shortage(cap: int, soft_limit: int) -> str | None:
+    """Why the cap does not leave the worker's own files and sockets enough descriptors
+    (half the process' limit is kept for them), or None when it does."""
+    if soft_limit < 0 or cap <= soft_limit // 2:  # negative: no limit
+        return None
+    return (
+        f"KDIV_WEB_MAX_CONNECTIONS={cap} is more than half the process' open file limit ({soft_limit}): "
+        "the web server's connections could starve the worker's RocksDB files and Kafka sockets; "
+        "lower it or raise the limit (ulimit -n)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Admission(Generic[C]):
     """What becomes of a new connection: admitted or not, and the one closed for it."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ from kdiv.worker.webbounds import (
     ConnectionTable,
     FaultTally,
     WebBounds,
+    descriptor_shortage,
 )
 from kdiv.worker.webguard import clipped
 
@@ -236,6 +238,9 @@ class BoundedRunner(web.AppRunner):
 
 def bound_web_server(app: Any, bounds: WebBounds) -> ClientGuard:
     """Serve the Faust app's web views through a `BoundedRunner` (before the server starts)."""
+    shortage = descriptor_shortage(bounds.max_connections, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    if shortage is not None:
+        log.warning(shortage)
     web_driver = app.web
     guard = ClientGuard(bounds)
     web_driver._runner = BoundedRunner(web_driver.web_app, guard)
