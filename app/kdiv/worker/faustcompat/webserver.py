@@ -161,6 +161,11 @@ class BoundedRequestHandler(RequestHandler):
         transport.write(_TIMED_OUT)
         self.force_close()
 
+    def answering(self) -> None:
+        """A request of this connection is being answered: it is not closed for another."""
+        self._stop_head_timer()
+        self._guard.table.busy(self)
+
     def answered(self) -> None:
         """The request's answer is sent: the connection waits for the next one (or is closed
         by aiohttp's idle timeout)."""
@@ -199,11 +204,13 @@ class BoundedServer(Server):
 
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
             protocol = request.protocol
+            if not isinstance(protocol, BoundedRequestHandler):
+                return await inner(request)
+            protocol.answering()  # also a pipelined request, parsed with the one before
             try:
                 return await inner(request)
             finally:
-                if isinstance(protocol, BoundedRequestHandler):
-                    protocol.answered()
+                protocol.answered()
 
         super().__init__(
             handle,
