@@ -447,6 +447,29 @@ async def test_the_overview_of_ten_thousand_incidents_on_a_thousand_partitions_s
                 await report.wait_for_url(lambda url: url.startswith("blob:"))
                 await report.wait_for_load_state()
                 assert await report.locator("#run").inner_text() == "the run"
+                # Opened with noopener: the report's tab has no handle on the dashboard (and its token).
+                assert await report.evaluate("window.opener") is None
+                # A name holding a right-to-left override (or another invisible character) is
+                # shown with it as an escape, not as text reversed or hidden.
+                partitions.append(
+                    {
+                        "topic": "evil\u202egnp.exe\u200b",
+                        "partition": 0,
+                        "recovering": False,
+                        "push_failed": False,
+                        "lag": 0,
+                        "phase": "stream",
+                    }
+                )
+                await page.evaluate("refresh()")
+                names = "[...document.querySelectorAll('#partitions tbody tr')].map(r => r.cells[0].textContent)"
+                await wait_until(page, f"{names}.some(n => n.startsWith('evil'))")
+                shown = [n for n in await page.evaluate(names) if n.startswith("evil")]
+                assert shown == ["evil\\u202egnp.exe\\u200b"], shown
+                grid_names = await page.locator("#grid .name").all_inner_texts()
+                assert "evil\\u202egnp.exe\\u200b" in grid_names, grid_names[-3:]
+                text = await page.evaluate("document.body.innerText")
+                assert "\u202e" not in text and "\u200b" not in text
                 assert errors == []
             finally:
                 await browser.close()

@@ -52,7 +52,7 @@ def test_the_installed_releases_are_the_tested_ones():
     ],
 )
 def test_an_untested_release_is_refused_naming_it_and_the_tested_range(faust, aiokafka, refused):
-    installed = {"faust-streaming": faust, "aiokafka": aiokafka}
+    installed = {"faust-streaming": faust, "aiokafka": aiokafka, "aiohttp": "3.14.5"}
     if refused is None:
         check_versions(installed.__getitem__)
         return

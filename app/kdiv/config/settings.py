@@ -255,6 +255,13 @@ class Settings:
     # Host patterns (fnmatch, "host" or "host:port") of the workers this one forwards
     # requests to; () asks every group member.
     web_peers: tuple[str, ...] = ()
+    # What a client may hold of the web server (docs/web-views.md#connections): a request
+    # head whole within the header timeout of its first byte, a connection idle at most the
+    # idle timeout, at most max_connections open; client faults logged as counts per interval.
+    web_header_timeout_s: float = 10.0
+    web_idle_timeout_s: float = 30.0
+    web_max_connections: int = 256
+    web_fault_log_interval_s: float = 60.0
     processing_guarantee: str = "at_least_once"
     # topic -> min.compaction.lag.ms; "*" applies to every topic not named. A topic in
     # neither is judged by its own cleanup.policy / min.compaction.lag.ms config.
@@ -344,6 +351,10 @@ class Settings:
             web_allow_unauthenticated=env.bool("WEB_ALLOW_UNAUTHENTICATED", False),
             web_allowed_hosts=env.host_names("WEB_ALLOWED_HOSTS"),
             web_peers=env.host_names("WEB_PEERS"),
+            web_header_timeout_s=env.float("WEB_HEADER_TIMEOUT_S", cls.web_header_timeout_s),
+            web_idle_timeout_s=env.float("WEB_IDLE_TIMEOUT_S", cls.web_idle_timeout_s),
+            web_max_connections=env.int("WEB_MAX_CONNECTIONS", cls.web_max_connections, minimum=1),
+            web_fault_log_interval_s=env.float("WEB_FAULT_LOG_INTERVAL_S", cls.web_fault_log_interval_s),
             processing_guarantee=env.choice("PROCESSING_GUARANTEE", GUARANTEES, cls.processing_guarantee),
             compaction_lag_ms=env.compaction_lags("COMPACTION_LAG_MS"),
             max_age_ms=env.int("MAX_AGE_MS", cls.max_age_ms, minimum=-1),

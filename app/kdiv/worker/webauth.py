@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from aiohttp import web
 from yarl import URL
 
+from kdiv.worker.webguard import clipped
+
 # Liveness/readiness probes and Prometheus scrapes; neither reveals record contents.
 # /health/ and /metrics/ only redirect; /ui/ is the dashboard page, which holds no data:
 # its requests for the views carry the token its user types in.
@@ -168,7 +170,7 @@ def authentication_middleware(
         return web.json_response(
             {
                 "error": "Unauthorized",
-                "message": f"{request.method} {request.path}: send the worker's token as 'Authorization: Bearer <token>'",
+                "message": f"{clipped(request.method)} {clipped(request.path)}: send the worker's token as 'Authorization: Bearer <token>'",
             },
             status=401,
             headers={"WWW-Authenticate": 'Bearer realm="kdiv"'},

@@ -19,6 +19,9 @@ from collections.abc import Iterable
 from aiohttp import web
 
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+# The most characters of a request's own text (a path, a parameter, a header) an error echoes:
+# an answer or a log line is not a mirror of what a client sent.
+ECHO_LIMIT = 64
 
 # JSON and metrics: nothing to run, embed or frame.
 API_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
@@ -34,9 +37,19 @@ _COMMON_HEADERS = {
 }
 
 
+def clipped(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` as an error echoes it: at most `limit` characters, then how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} chars)"
+
+
+def echoed(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` quoted (repr: control characters escaped) and clipped, for an error message."""
+    return repr(text[:limit]) + ("" if len(text) <= limit else f"…({len(text)} chars)")
+
+
 def split_host(header: str) -> tuple[str, int | None] | None:
     """(host lower-cased without a trailing dot, port or None) of a Host header; None when
-    it is not one ("[::1]:80", "name:80" and "name" are)."""
+    it is not one ("[::1]:80", "name:80" and "name" are; a port is ASCII digits within 1..65535)."""
     header = header.strip().lower()
     if header.startswith("["):
         host, sep, rest = header[1:].partition("]")
@@ -48,6 +61,8 @@ def split_host(header: str) -> tuple[str, int | None] | None:
         if ":" in port_text:
             return None
     if port_text and not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+        return None
+    if port_text and not 1 <= int(port_text) <= 65535:
         return None
     host = host.rstrip(".")
     if not host or not host.isascii():
@@ -93,11 +108,10 @@ def host_check_middleware(allowed: tuple[str, ...]):
         parsed = split_host(header)
         if parsed is not None and (is_ip_literal(parsed[0]) or matches(allowed, *parsed)):
             return await handler(request)
-        shown = header[:80].encode("ascii", "backslashreplace").decode()
         return web.json_response(
             {
                 "error": "Misdirected Request",
-                "message": f"Host {shown!r} is not a name of this worker: add it to KDIV_WEB_ALLOWED_HOSTS "
+                "message": f"Host {echoed(header)} is not a name of this worker: add it to KDIV_WEB_ALLOWED_HOSTS "
                 "if it is one",
             },
             status=421,

@@ -6,7 +6,8 @@ exact seeks after assignment (`transport`), the watched topics' records in whole
 batches' leader epochs and OffsetForLeaderEpoch: `epochs`), table writes outside a stream, key
 by key or in whole batches (`tables`; the unit of work's writes go through them and Faust's
 producer in `sink`), and reads of recovery and assignment
-state that Faust keeps without a public API (`internals`). The Tansu broker's aiokafka
+state that Faust keeps without a public API (`internals`), and the web server's bounds on
+what a client may hold, inside aiohttp's connections (`webserver`). The Tansu broker's aiokafka
 workarounds stay in `kdiv.kafka.tansu`, the one module for broker deviations; their private
 aiokafka names are listed in `PRIVATE_NAMES` too, so one test checks them all.
 
@@ -25,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 TESTED = (
     ("faust-streaming", "0.15.3", "0.16"),
     ("aiokafka", "0.14.0", "0.15"),
+    ("aiohttp", "3.14.0", "3.15"),
 )
 
 # Every private (or undocumented) name kdiv overrides or reads, with the parameters it
@@ -169,6 +171,23 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         "Tansu: Fetch-based end offsets; kdiv.kafka.consume: any topic's partitions",
     ),
     ("aiokafka.client:AIOKafkaClient.fetch_all_metadata", ("self",), "kdiv.kafka.consume: any topic's partitions"),
+    ("faust.web.drivers.aiohttp:Web._runner", None, "webserver: replaced by the runner with client bounds"),
+    ("aiohttp.web_runner:AppRunner._make_server", ("self",), "webserver: its server makes bounded connections"),
+    ("aiohttp.web_server:Server.__call__", ("self",), "webserver: the connection factory, overridden"),
+    ("aiohttp.web_server:Server.request_handler", None, "webserver: wrapped to tell a connection its answer is sent"),
+    ("aiohttp.web_server:Server.request_factory", None, "webserver: kept"),
+    ("aiohttp.web_server:Server.handler_cancellation", None, "webserver: kept"),
+    (
+        "aiohttp.web_protocol:RequestHandler._request_count",
+        None,
+        "webserver: grows when a request head is parsed (the header timeout stops)",
+    ),
+    (
+        "aiohttp.web_protocol:RequestHandler.handle_error",
+        ("self", "request", "status", "exc", "message"),
+        "webserver: a malformed request counted and answered in one WARNING line, not a traceback at ERROR",
+    ),
+    ("aiohttp.web_protocol:RequestHandler.force_close", ("self",), "webserver: a connection closed at a bound"),
 )
 
 

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from aiohttp import web
 from faust.web import Request
 
+from kdiv.worker.webguard import clipped, echoed
+
 LOCAL = "local"
 SCOPES = (LOCAL,)
 # The most items a page of a list view holds.
@@ -27,9 +29,9 @@ class BadRequest(Exception):
     """A parameter the view cannot take; answered 400."""
 
 
-def shown(raw: str, limit: int = 24) -> str:
+def shown(raw: str) -> str:
     """A value from the request, quoted and cut short, for an error message."""
-    return repr(raw[:limit]) + ("..." if len(raw) > limit else "")
+    return echoed(raw)
 
 
 def parse_count(raw: str, what: str) -> int:
@@ -59,7 +61,7 @@ def choice_param(request: Request, name: str, choices: tuple[str, ...]) -> str |
     if raw is None or raw == "":
         return None
     if raw not in choices:
-        raise BadRequest(f"query parameter {name}={raw!r} is not one of {', '.join(choices)}")
+        raise BadRequest(f"query parameter {name}={shown(raw)} is not one of {', '.join(choices)}")
     return raw
 
 
@@ -101,9 +103,9 @@ def producers_cursor(request: Request) -> tuple[str, int, bytes] | None:
         return None
     parts = raw.rsplit("/", 2)
     if len(parts) != 3 or not parts[0] or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 10):
-        raise BadRequest(f"query parameter cursor={raw[:80]!r} is not topic/partition/GUID (a page's next_cursor)")
+        raise BadRequest(f"query parameter cursor={shown(raw)} is not topic/partition/GUID (a page's next_cursor)")
     if not is_hex_guid(parts[2]):
-        raise BadRequest(f"query parameter cursor={raw[:80]!r} does not end in a producer GUID (32 hex digits)")
+        raise BadRequest(f"query parameter cursor={shown(raw)} does not end in a producer GUID (32 hex digits)")
     return parts[0], int(parts[1]), bytes.fromhex(parts[2])
 
 
@@ -114,9 +116,9 @@ def query_problem(request: web.Request, taken: frozenset[str]) -> str | None:
     for name in dict.fromkeys(names):
         if name not in taken:
             known = ", ".join(sorted(taken)) or "none"
-            return f"unknown query parameter {shown(name, 40)} (this view takes: {known})"
+            return f"unknown query parameter {shown(name)} (this view takes: {known})"
         if names.count(name) > 1:
-            return f"query parameter {shown(name, 40)} is given {names.count(name)} times"
+            return f"query parameter {shown(name)} is given {names.count(name)} times"
     # The same check of scope on every view that takes it, whichever way the view reads it.
     given_scope = request.query.get("scope", "")
     if given_scope not in ("", *SCOPES):
@@ -135,7 +137,9 @@ def strict_parameters(taken_by_route: Mapping[str, frozenset[str]]):
         taken = taken_by_route.get(route.canonical) if route is not None else None
         problem = query_problem(request, taken) if taken is not None else None
         if problem is not None:
-            return web.json_response({"error": "Bad Request", "message": f"{request.path}: {problem}"}, status=400)
+            return web.json_response(
+                {"error": "Bad Request", "message": f"{clipped(request.path)}: {problem}"}, status=400
+            )
         return await handler(request)
 
     return known_parameters

@@ -8,7 +8,7 @@ from faust.web import Request
 from yarl import URL
 
 from kdiv.worker.web.handlers import Answer, Site
-from kdiv.worker.web.params import LOCAL, parse_count, scope
+from kdiv.worker.web.params import LOCAL, parse_count, scope, shown
 from kdiv.worker.web.shapes import changefeed_partition_json, partition_json, recovering_partition_json
 
 
@@ -37,7 +37,7 @@ async def partition_view(site: Site, request: Request, topic: str, partition: st
             return Answer.error(503, f"{topic}[{number}] is owned by {owner}, which did not answer")
         # The owner's answer as it gave it: its 404 stays a 404, with its message.
         return Answer(answer.body, answer.status)
-    return Answer.error(404, f"{topic}[{number}] is not a watched partition with state here")
+    return Answer.error(404, f"{shown(topic)}[{number}] is not a watched partition with state here")
 
 
 async def changefeeds_view(site: Site, request: Request) -> Answer:

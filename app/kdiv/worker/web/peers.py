@@ -23,7 +23,7 @@ from kdiv.worker.faustcompat.internals import peer_topics
 from kdiv.worker.web.params import LOCAL, scope
 from kdiv.worker.web.shapes import cursor_of
 from kdiv.worker.webauth import answer_is_signed, sign_request
-from kdiv.worker.webguard import matches
+from kdiv.worker.webguard import clipped, matches
 
 log = logging.getLogger("kdiv.views")
 
@@ -123,7 +123,7 @@ class Peers:
         (not sending it), and taken only when the answer is signed too."""
         refused = self.not_a_peer(url)
         if refused is not None:
-            log.warning("worker %s %s: not asked for %s", url, refused, request.path)  # type: ignore[attr-defined]
+            log.warning("worker %s %s: not asked for %s", url, refused, clipped(request.path))  # type: ignore[attr-defined]
             return PeerAnswer(url, None, None, f"{url} {refused}")
         path = request.path  # type: ignore[attr-defined]  # aiohttp's Request
         target = url.with_path(path).with_query({**request.query, "scope": LOCAL})

@@ -10,7 +10,7 @@ from faust.web import Request
 
 from kdiv.div.segment import Segment, SegmentStatus, as_segment, status_of
 from kdiv.worker.web.handlers import Answer, Site
-from kdiv.worker.web.params import LOCAL, MAX_PAGE, BadRequest, int_param, producers_cursor, scope
+from kdiv.worker.web.params import LOCAL, MAX_PAGE, BadRequest, int_param, producers_cursor, scope, shown
 from kdiv.worker.web.shapes import cursor_of, faults_by_producer, producer_json
 
 PRODUCERS_PAGE = 100
@@ -34,7 +34,7 @@ def producer_filters(request: Request) -> ProducerFilters:
     partition = int_param(request, "partition", None)
     status = request.query.get("status")
     if status is not None and status not in SegmentStatus.__members__:
-        raise BadRequest(f"status={status!r} is not one of {', '.join(SegmentStatus.__members__)}")
+        raise BadRequest(f"status={shown(status)} is not one of {', '.join(SegmentStatus.__members__)}")
     return ProducerFilters(topic, partition, status)
 
 
@@ -47,7 +47,7 @@ async def producer_view(site: Site, request: Request, guid: str) -> Answer:
     """One producer's state on every partition of the group that tracks it."""
     answer = await site.peers.gather(request, producers(site.worker, request, guid))
     if scope(request) != LOCAL and not answer["items"]:
-        return Answer.error(404, f"no state for producer {guid}")
+        return Answer.error(404, f"no state for producer {shown(guid)}")
     return Answer(answer)
 
 
@@ -94,15 +94,15 @@ def producers(worker, request: Request, guid: str | None = None) -> list[dict]:
         try:
             wanted = bytes.fromhex(guid)
         except ValueError:
-            raise BadRequest(f"producer {guid!r} is not a hex GUID") from None
+            raise BadRequest(f"producer {shown(guid)} is not a hex GUID") from None
     items = []
     faults = faults_by_producer(worker.recent.newest_first())
     for (t, p), part in sorted(worker.live.validator.partitions.items()):
         if not filters.take(t, p):
             continue
         segments = part.tracker.segments
-        shown = segments.items() if guid is None else [(wanted, segments[wanted])] if wanted in segments else []
-        for g, state in shown:
+        listed = segments.items() if guid is None else [(wanted, segments[wanted])] if wanted in segments else []
+        for g, state in listed:
             segment = as_segment(state)
             if filters.status is not None and segment.status.name != filters.status:
                 continue

@@ -10,6 +10,7 @@ from typing import NamedTuple
 from aiohttp import web
 from yarl import URL
 
+from kdiv.worker.faustcompat.webserver import bound_web_server
 from kdiv.worker.web.audit import routes_view
 from kdiv.worker.web.handlers import Handler, Site, view_class
 from kdiv.worker.web.incidents import incidents_view
@@ -22,7 +23,8 @@ from kdiv.worker.web.producers import producer_view, producers_view
 from kdiv.worker.web.reports import REPORT, report_policy, report_view
 from kdiv.worker.web.status import health_view, metrics_view, reconcile_view
 from kdiv.worker.webauth import SignedRequests, authentication_middleware, sign_answer
-from kdiv.worker.webguard import allowed_host_names, host_check_middleware, security_headers
+from kdiv.worker.webbounds import WebBounds
+from kdiv.worker.webguard import allowed_host_names, clipped, host_check_middleware, security_headers
 
 
 class Route(NamedTuple):
@@ -70,7 +72,8 @@ async def json_errors(request, handler):
         if exc.status < 400:
             raise
         return web.json_response(
-            {"error": exc.reason, "message": f"{request.method} {request.path}: {exc.reason}"}, status=exc.status
+            {"error": exc.reason, "message": f"{clipped(request.method)} {clipped(request.path)}: {exc.reason}"},
+            status=exc.status,
         )
 
 
@@ -80,6 +83,8 @@ def register_views(app, worker) -> Site:
     site = Site(app, worker, Peers(app, settings.web_token, settings.web_peers))
     advertised = URL(str(app.conf.canonical_url))
     web_app = app.web.web_app
+    # Header and idle timeouts, a cap on connections, client faults counted (docs/web-views.md#connections).
+    bound_web_server(app, WebBounds.from_settings(settings))
     # First: a page of a name that is not this worker's (DNS rebinding) gets nothing.
     web_app.middlewares.append(
         host_check_middleware(allowed_host_names(settings.web_host, advertised.host, settings.web_allowed_hosts))

@@ -4,12 +4,21 @@ summary)."""
 
 from __future__ import annotations
 
+import logging
+from http import HTTPStatus
+from pathlib import Path
+
 from faust.web import Request
 
 from kdiv.clock import iso_utc
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.web.handlers import Answer, Site
+from kdiv.worker.webguard import clipped
+
+log = logging.getLogger(__name__)
+# The largest summary.json read (one holds counts and per-topic figures, not records).
+MAX_SUMMARY_BYTES = 64 << 20
 
 
 async def health_view(site: Site, request: Request) -> Answer:
@@ -103,16 +112,55 @@ def health(worker) -> tuple[int, dict]:
 def last_reconciliation(worker) -> tuple[int, dict]:
     """The summary of the latest run under KDIV_RECONCILE_REPORTS (runs are directories
     named by their snapshot time, so the greatest name is the latest). Not configured, or
-    no run yet, is an answer (available: false), not an error."""
+    no run yet, is an answer (available: false), not an error. A summary that cannot be read
+    or parsed is the reconciliation job's fault, not the worker's: a 502 naming the run (the
+    host's paths are for the log, which says it once per file)."""
     reports = worker.settings.reconcile_reports
     if reports is None:
         return 200, {"available": False, "message": "KDIV_RECONCILE_REPORTS is not set on this worker"}
     runs = sorted(p for p in reports.glob("*/summary.json") if p.is_file()) if reports.is_dir() else []
     if not runs:
-        return 200, {"available": False, "message": f"no reconciliation run under {reports} yet"}
+        return 200, {"available": False, "message": "no reconciliation run in KDIV_RECONCILE_REPORTS yet"}
     latest = runs[-1]
+    run = latest.parent.name
     try:
-        summary = parse_json(latest.read_text(encoding="utf-8"), max_bytes=64 << 20)
-    except (OSError, ValueError) as bad:
-        return 500, {"error": "Internal Server Error", "message": f"{latest}: {bad}"}
-    return 200, {"available": True, "run": latest.parent.name, "summary": summary}
+        with latest.open("rb") as file:  # one byte more than is parsed: a larger file is refused unread
+            summary = parse_json(file.read(MAX_SUMMARY_BYTES + 1), max_bytes=MAX_SUMMARY_BYTES)
+    except OSError as failed:
+        problem = failed.strerror or type(failed).__name__
+    except ValueError as bad:  # not UTF-8, not JSON, too deep or too large
+        problem = str(bad)
+    else:
+        return 200, {"available": True, "run": run, "summary": summary}
+    _BROKEN_SUMMARIES.log_once(latest, problem)
+    return 502, {
+        "error": HTTPStatus.BAD_GATEWAY.phrase,
+        "available": False,
+        "run": run,
+        "message": f"the summary.json of reconciliation run {run!r} cannot be read: {clipped(problem, 200)}",
+    }
+
+
+class _OncePerFile:
+    """Logs a broken file once per version of it (path, size, modification time), not once
+    per request: the dashboard asks for the summary every few seconds."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self._seen: set[tuple] = set()
+        self._limit = limit
+
+    def log_once(self, path: Path, problem: str) -> None:
+        try:
+            stat = path.stat()
+            version: tuple = (str(path), stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            version = (str(path), None, None)
+        if version in self._seen:
+            return
+        if len(self._seen) >= self._limit:
+            self._seen.clear()
+        self._seen.add(version)
+        log.warning("reconciliation summary %s cannot be read: %s", path, clipped(problem, 200))
+
+
+_BROKEN_SUMMARIES = _OncePerFile()
