@@ -687,7 +687,12 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # another user's process: alive
-    return True
+    # A zombie (dead, not yet reaped by whoever adopted it) answers signals too.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust the signal
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _die_with_parent() -> None:
