@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from kdiv.dev.broker import PIDS_FILE, KafkaCluster
+from kdiv.dev.nightly import broker_answers
 from tests.harness.broker import exact_end_offsets, port_is_bindable
 from tests.harness.processes import free_port
 
@@ -154,6 +155,8 @@ def test_the_dev_stack_rides_out_a_frozen_broker_and_stops_quietly_on_sigterm(tm
             target=lambda: during.setdefault("answer", _register(registry_url, "during-outage", timeout=90))
         )
         registering.start()
+        # The reconcile loop's question before a run: no answer from a frozen broker.
+        assert not broker_answers(bootstrap)
         while time.monotonic() - frozen_at < FREEZE_S:
             for process in stack:
                 assert process.running(), f"{process.name} exited during the outage:\n{process.log()[-3000:]}"
@@ -174,6 +177,7 @@ def test_the_dev_stack_rides_out_a_frozen_broker_and_stops_quietly_on_sigterm(tm
             )
         status, body = _register(registry_url, "after-outage")
         assert status == 200, body
+        assert broker_answers(bootstrap)
 
         for process in stack:
             log = process.log()
@@ -205,14 +209,15 @@ def test_the_dev_stack_rides_out_a_frozen_broker_and_stops_quietly_on_sigterm(tm
 
 
 def _broker(tmp_path: Path, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kdiv.cli", "broker", "--port", "0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=open(log, "ab"),  # noqa: SIM115 - the child holds it
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        start_new_session=True,
-    )
+    with open(log, "ab") as output:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "kdiv.cli", "broker", "--port", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=output,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            start_new_session=True,
+        )
 
 
 def test_kdiv_broker_killed_outright_leaves_its_directory_to_the_next_start_and_stops_cleanly_on_sigterm(tmp_path):
