@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from kdiv.dev.broker import PIDS_FILE, KafkaCluster
 from kdiv.dev.nightly import broker_answers
@@ -97,10 +98,20 @@ def _wait_for(what: str, condition, timeout: float, stack: list[StackProcess]) -
 
 
 def _total(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(asyncio.run(exact_end_offsets(bootstrap, topic)).values())
-    except LookupError:
-        return 0  # not created yet
+    """Records written to `topic` so far; 0 before it exists (asked without creating it: a
+    consumer's metadata request would have the broker create it with one partition)."""
+
+    async def total() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            if topic not in await admin.list_topics():
+                return 0
+        finally:
+            await admin.close()
+        return sum((await exact_end_offsets(bootstrap, topic)).values())
+
+    return asyncio.run(total())
 
 
 def test_the_dev_stack_rides_out_a_frozen_broker_and_stops_quietly_on_sigterm(tmp_path):
@@ -136,13 +147,18 @@ def test_the_dev_stack_rides_out_a_frozen_broker_and_stops_quietly_on_sigterm(tm
                 tmp_path,
                 env={"KDIV_SCHEMA_REGISTRY_URL": registry_url},
             ),
+        ]
+        # The hop subscribes to the demo's topic: were it first, the broker would create it
+        # with one partition, not the demo's two.
+        _wait_for("the demo writing", lambda: _total(bootstrap, "outage-demo") > 0, 60, stack)
+        stack.append(
             StackProcess(
                 "processor",
                 ["processor", "outage-demo", "outage-enriched", *common, "--group", "outage-hop"]
                 + ["--instances", "1", "--restart-every", "0", "--partitions", "2"],
                 tmp_path,
-            ),
-        ]
+            )
+        )
         topics = ["outage-demo", "outage-cdc", "outage-enriched"]
         _wait_for("every topic written", lambda: all(_total(bootstrap, t) > 0 for t in topics), 90, stack)
 
