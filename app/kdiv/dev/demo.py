@@ -219,6 +219,9 @@ class AtRestFaults:
         self._counter = itertools.count()
         # partition -> the log start offset LOST's DeleteRecords set last.
         self.deleted_before: dict[int, int] = {}
+        # Set when a finding was cut short (an outage): a record it stamped may or may not
+        # have landed, so the compacted topic's writer is retired (see run_demo).
+        self.interrupted = False
 
     async def inject(self, finding: str, partition: int, wait_s: float = 60.0) -> bool:
         """Make `finding` for one key of `partition`; False when the worker has written no
@@ -398,6 +401,9 @@ async def run_demo(
             if duration_s and now - started >= duration_s:
                 break
             acting: FaultyPipeline | None = None
+            if at_rest is not None and at_rest.interrupted and compacted is not None:
+                at_rest.interrupted = False
+                replace(compacted)
             try:
                 if now >= next_restart:
                     victim = random.randrange(len(pipelines))
@@ -449,7 +455,11 @@ async def _at_rest_finding(at_rest: AtRestFaults, finding: str, partition: int) 
     (the main loop says the outage)."""
     try:
         await at_rest.inject(finding, partition)
+    except asyncio.CancelledError:
+        at_rest.interrupted = True
+        raise
     except Exception as failed:
         if not is_outage(failed):
             raise
+        at_rest.interrupted = True
         log.info("at-rest %s on partition %d not made: the broker did not answer", finding, partition)
