@@ -473,6 +473,9 @@ def demo(
     from kdiv.dev.demo import run_demo
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from kdiv.dev.sigterm import exit_at_sigterm
+
+    exit_at_sigterm("kdiv demo")
     try:
         asyncio.run(
             run_demo(
@@ -549,6 +552,9 @@ def processor(
     from kdiv.dev.processor import run_processors
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from kdiv.dev.sigterm import exit_at_sigterm
+
+    exit_at_sigterm("kdiv processor")
     with kafka_errors_as_messages(bootstrap):
         try:
             ledger = asyncio.run(
@@ -600,6 +606,9 @@ def changefeed_demo(
     from kdiv.dev.changefeed import write_changefeed
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from kdiv.dev.sigterm import exit_at_sigterm
+
+    exit_at_sigterm("kdiv changefeed-demo")
     try:
         asyncio.run(
             write_changefeed(
@@ -724,6 +733,9 @@ def registry(bootstrap: str, host: str, port: int, topic: str, apicurio: bool) -
     from kdiv.dev.registry.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from kdiv.dev.sigterm import exit_at_sigterm
+
+    exit_at_sigterm("kdiv registry")
     try:
         with kafka_errors_as_messages(bootstrap):
             asyncio.run(serve(bootstrap, host, port, topic, kafka_security()))
@@ -829,6 +841,54 @@ def reconcile(master: str, spark_conf: tuple[str, ...], job_args: tuple[str, ...
         sys.exit(run(master, list(job_args), conf))
     except SubmitError as missing:
         raise CommandFailed(str(missing)) from None
+
+
+@main.command("reconcile-loop", context_settings={"ignore_unknown_options": True})
+@bootstrap_option
+@click.option(
+    "--first-after", type=click.FloatRange(min=0), default=90.0, show_default=True, help="Seconds before the first run."
+)
+@click.option("--every", type=click.FloatRange(min=1), default=86400.0, show_default=True, help="Seconds between runs.")
+@click.option(
+    "--retry-after",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds before retrying a failed run.",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=7200.0, show_default=True, help="Seconds a run may take."
+)
+@click.argument("reconcile_args", nargs=-1, type=click.UNPROCESSED)
+def reconcile_loop(
+    bootstrap: str,
+    first_after: float,
+    every: float,
+    retry_after: float,
+    timeout: float,
+    reconcile_args: tuple[str, ...],
+) -> None:
+    """Run `kdiv reconcile RECONCILE_ARGS...` after --first-after seconds, then every --every seconds,
+    for the development stack: while the broker at --bootstrap does not answer it waits (saying so
+    once), and runs as soon as it is back. E.g. `kdiv reconcile-loop -- --out reconcile-reports`."""
+    import logging
+
+    from kdiv.dev.nightly import NightlyLoop, broker_answers, run_bounded
+    from kdiv.dev.sigterm import exit_at_sigterm
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    exit_at_sigterm("kdiv reconcile-loop")
+    command = [sys.executable, "-m", "kdiv.cli", "reconcile", *reconcile_args]
+    loop = NightlyLoop(
+        broker_up=lambda: broker_answers(bootstrap),
+        run=lambda: run_bounded(command, timeout),
+        every_s=every,
+        retry_after_s=retry_after,
+    )
+    try:
+        loop.forever(first_after)
+    except KeyboardInterrupt:
+        pass
 
 
 # Last, so `python -m kdiv.cli` sees every command.

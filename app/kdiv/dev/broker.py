@@ -14,7 +14,10 @@ files; Kafka reads them itself (`ssl.keystore.type=PEM`), no keytool.
 
 Each node's storage is formatted with the cluster's id before its first start. Without a
 `data_dir` the cluster lives in a temporary directory removed at stop, like a fresh broker
-each time; with one, a restart keeps every topic. Nodes can be stopped, killed and started
+each time; with one, a restart keeps every topic. A temporary directory names the processes
+that use it (`kdiv-broker.pids`: the owner, then its nodes), so one left behind by an owner
+that was killed (SIGKILL leaves no time to remove it) is removed at the next start of a
+cluster, once all of them are gone; `kdiv broker`'s nodes die with it. Nodes can be stopped, killed and started
 again one by one (`stop_node`, `kill_node`, `start_node`), for failover tests, and frozen in
 place (`pause_node`, SIGSTOP, and `resume_node`, SIGCONT): a paused node keeps its
 connections and its log but answers nothing, like a broker in a long GC pause or behind a
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import ctypes
 import os
 import shutil
 import signal
@@ -61,6 +65,12 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 _SCRAM_ITERATIONS = 4096
 # Names the broker keeps for its own listeners.
 _RESERVED_LISTENERS = ("PLAINTEXT", "CONTROLLER")
+_TEMPORARY_PREFIX = "kdiv-kafka-"
+# In a temporary cluster directory: the pids of the processes using it, one a line.
+PIDS_FILE = "kdiv-broker.pids"
+# `kdiv broker` stops its nodes within this on SIGTERM, before honcho's SIGKILL (5 s after).
+_CLI_STOP_TIMEOUT_S = 3.0
+_PR_SET_PDEATHSIG = 1
 
 # Broker settings for development and tests. Each is something a test or the dev stack
 # needs to see happen within seconds rather than minutes.
@@ -263,6 +273,8 @@ class KafkaCluster:
         self.heap = heap
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._temporary_dir: Path | None = None
+        # Set by run_forever: the nodes are killed by the kernel when this process dies.
+        self._nodes_die_with_owner = False
         self.nodes: list[KafkaNode] = []
         self.cluster_id: str | None = None
 
@@ -320,7 +332,9 @@ class KafkaCluster:
         except JarsError as missing:
             raise BrokerError(str(missing)) from None
         if self._data_dir is None:
-            self._temporary_dir = Path(tempfile.mkdtemp(prefix="kdiv-kafka-"))
+            remove_stale_directories()
+            self._temporary_dir = Path(tempfile.mkdtemp(prefix=_TEMPORARY_PREFIX))
+            self._write_pids()
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
             self._plan_nodes()
@@ -408,6 +422,7 @@ class KafkaCluster:
             sig: signal.signal(sig, lambda signum, frame: stop_requested.set())
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
+        self._nodes_die_with_owner = True
         try:
             self.start(inherit_output=True)
             print(self.bootstrap, flush=True)
@@ -425,7 +440,7 @@ class KafkaCluster:
                         code = node.process.returncode if node.process is not None else None
                         raise BrokerError(f"Kafka node {node.node_id} on port {node.port} exited unexpectedly ({code})")
         finally:
-            self.stop()
+            self.stop(timeout=_CLI_STOP_TIMEOUT_S)
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
 
@@ -596,9 +611,18 @@ class KafkaCluster:
                 stderr=subprocess.STDOUT,
                 # Own session: a Ctrl-C meant for us must not kill the broker before stop().
                 start_new_session=True,
+                preexec_fn=_die_with_parent if self._nodes_die_with_owner else None,
             )
         except OSError as exc:
             raise BrokerError(f"cannot run {java}: {exc}") from exc
+        self._write_pids()
+
+    def _write_pids(self) -> None:
+        """Name this process and the running nodes in the temporary directory (see the module doc)."""
+        if self._temporary_dir is None:
+            return
+        pids = [os.getpid(), *(n.process.pid for n in self.nodes if n.process is not None and n.running)]
+        (self._temporary_dir / PIDS_FILE).write_text("".join(f"{pid}\n" for pid in pids))
 
     def _wait_until_serving(self, timeout: float, node_ids: list[int]) -> None:
         deadline = time.monotonic() + timeout
@@ -634,6 +658,48 @@ class KafkaCluster:
         if node.output is not None:
             node.output.close()
             node.output = None
+
+
+def remove_stale_directories(parent: Path | None = None) -> list[Path]:
+    """Remove the temporary cluster directories under `parent` (default: the system's temporary
+    directory) whose processes are all gone; the ones removed. A directory without a pids file
+    is not known to be a cluster's, or is being created: left alone."""
+    removed = []
+    for directory in Path(parent or tempfile.gettempdir()).glob(_TEMPORARY_PREFIX + "*"):
+        try:
+            text = (directory / PIDS_FILE).read_text()
+        except OSError:
+            continue
+        try:
+            pids = [int(line) for line in text.split()]
+        except ValueError:
+            continue  # not a file this module wrote
+        if pids and not any(_alive(pid) for pid in pids):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    # A zombie (dead, not yet reaped by whoever adopted it) answers signals too.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust the signal
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _die_with_parent() -> None:
+    """In a node's child process before exec: the kernel SIGKILLs it when its parent dies, so a
+    `kdiv broker` killed outright (honcho's SIGKILL) leaves no broker holding its port."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _read_cluster_id(log_dir: Path) -> str | None:

@@ -15,19 +15,23 @@ from __future__ import annotations
 import asyncio
 import datetime
 import io
+import itertools
 import json
 import logging
 import random
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
+from aiokafka import AIOKafkaProducer
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.config.settings import RegistrySettings
 from kdiv.dev.demo import ensure_topic
+from kdiv.dev.outage import Backoff, BrokerOutage, is_outage, retry, wait_until_back
 from kdiv.kafka.produce import new_producer
 from kdiv.registry.client import RegistryUnavailable, SchemaRegistry
 from kdiv.state.framing import frame
@@ -225,6 +229,27 @@ async def register_schemas(registry: RegistrySettings, topic: str) -> tuple[int,
     return key_id, value_id
 
 
+async def _registered_schemas(registry: RegistrySettings, topic: str, *, forever: bool) -> tuple[int, int]:
+    """The schemas' ids, once the registry (started beside this source in the development
+    stack, and away while its broker is) registers them; a minute at most unless `forever`."""
+    waiting_since = None
+    for attempt in itertools.count():
+        try:
+            ids = await register_schemas(registry, topic)
+        except RegistryUnavailable as down:
+            if not forever and attempt == 59:
+                raise
+            if waiting_since is None:
+                waiting_since = time.monotonic()
+                log.warning("registry unavailable (%s), retrying until it registers the changefeed's schemas", down)
+            await asyncio.sleep(min(1.0 * 2 ** min(attempt, 4), 10.0) if forever else 1.0)
+            continue
+        if waiting_since is not None:
+            log.warning("registry available again after %.0f s", time.monotonic() - waiting_since)
+        return ids
+    raise AssertionError("unreachable")
+
+
 async def write_changefeed(
     bootstrap: str,
     topic: str,
@@ -245,17 +270,10 @@ async def write_changefeed(
 
     `faults_at`: row number -> fault, planted exactly there (tests); the rates plant the rest.
     """
-    await ensure_topic(bootstrap, topic, partitions, security)
-    # The development stack starts the registry beside this source: give it a minute.
-    for attempt in range(60):
-        try:
-            key_id, value_id = await register_schemas(registry, topic)
-            break
-        except RegistryUnavailable as down:
-            if attempt == 59:
-                raise
-            log.info("waiting for the registry to register the changefeed's schemas: %s", down)
-            await asyncio.sleep(1.0)
+    outage = BrokerOutage("kdiv changefeed-demo", log)
+    backoff = Backoff()
+    await retry(lambda: ensure_topic(bootstrap, topic, partitions, security), outage, backoff)
+    key_id, value_id = await _registered_schemas(registry, topic, forever=rows is None)
     messages = ChangefeedMessages(
         key_id,
         value_id,
@@ -265,13 +283,27 @@ async def write_changefeed(
         delete_rate=delete_rate,
     )
     planted = Planted()
-    producer = new_producer(bootstrap, security=security, linger_ms=5)
-    await producer.start()
+
+    async def started_producer() -> AIOKafkaProducer:
+        producer = new_producer(bootstrap, security=security, linger_ms=5)
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
+
+    producer = await retry(started_producer, outage, backoff)
+    # Sent and not yet acknowledged, in order; each leaves once its write is acknowledged.
     in_flight: list[tuple[ChangefeedMessage, asyncio.Future]] = []
+    # Not acknowledged when the broker went away: written again once it is back.
+    unsent: list[ChangefeedMessage] = []
 
     async def settle() -> None:
-        for message, sent in in_flight:
+        while in_flight:
+            message, sent = in_flight[0]
             metadata = await sent
+            in_flight.pop(0)
             planted.rows += 1
             if message.value is None:
                 planted.deletes += 1
@@ -287,20 +319,44 @@ async def write_changefeed(
                 )
                 if on_planted is not None:
                     on_planted(planted)
-        in_flight.clear()
+
+    async def write(message: ChangefeedMessage) -> None:
+        in_flight.append((message, await producer.send(topic, message.value, key=message.key)))
 
     try:
         written = 0
-        while rows is None or written < rows:
-            message = messages.next((faults_at or {}).get(written))
-            in_flight.append((message, await producer.send(topic, message.value, key=message.key)))
-            written += 1
-            if rate_per_s:
-                await settle()
-                await asyncio.sleep(1 / rate_per_s)
-            elif len(in_flight) >= 500:
-                await settle()
+        while unsent or rows is None or written < rows:
+            try:
+                while unsent:
+                    await write(unsent[0])
+                    unsent.pop(0)
+                    await settle()
+                if rows is not None and written >= rows:
+                    break
+                message = messages.next((faults_at or {}).get(written))
+                written += 1
+                unsent.append(message)  # until the producer took it
+                await write(message)
+                unsent.pop()
+                if rate_per_s:
+                    await settle()
+                    outage.ended()
+                    backoff.reset()
+                    await asyncio.sleep(1 / rate_per_s)
+                elif len(in_flight) >= 500:
+                    await settle()
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                outage.failed(failed)
+                # A write that timed out may or may not have landed: written again, as TiCDC
+                # re-sends after a sink error (at least once), so a row may be in the topic
+                # twice; only acknowledged writes are counted as planted.
+                unsent[:0] = [message for message, _ in in_flight]
+                in_flight.clear()
+                await wait_until_back(producer.client, outage, backoff)
         await settle()
+        outage.ended()
     finally:
         await producer.stop()
     return planted

@@ -11,16 +11,18 @@ end), a header that cannot be read (malformed), and a record with no header (unt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
 from contextlib import aclosing
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.structs import RecordMetadata
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.dev.outage import Backoff, BrokerOutage, is_outage, retry, wait_until_back
 from kdiv.div.ledger import PACKED_SIZE, KeyValidation, at_rest_crc, ledger_key, pack_key_validation
 from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
@@ -33,6 +35,9 @@ from kdiv.state.values import StateValues
 from kdiv.writer import DivWriter
 
 log = logging.getLogger("kdiv.demo")
+
+# At the end, each writer's END_OF_SEGMENTs get this long; a broker away leaves them open.
+_CLOSE_TIMEOUT_S = 10.0
 
 FAULTS = (
     "loss",
@@ -214,6 +219,9 @@ class AtRestFaults:
         self._counter = itertools.count()
         # partition -> the log start offset LOST's DeleteRecords set last.
         self.deleted_before: dict[int, int] = {}
+        # Set when a finding was cut short (an outage): a record it stamped may or may not
+        # have landed, so the compacted topic's writer is retired (see run_demo).
+        self.interrupted = False
 
     async def inject(self, finding: str, partition: int, wait_s: float = 60.0) -> bool:
         """Make `finding` for one key of `partition`; False when the worker has written no
@@ -328,13 +336,27 @@ async def run_demo(
     topic and `at_rest_every_s`, the next at-rest finding (`AtRestFaults`) of worker `app_id`
     is made that often, in the background. `tracing`: the writers' trace sampling (e.g.
     "kdiv-demo=0.2"), for the pipeline audit."""
-    await ensure_topic(bootstrap, topic, partitions, security, replication_factor)
+    outage = BrokerOutage("kdiv demo", log)
+    backoff = Backoff()
+    await retry(lambda: ensure_topic(bootstrap, topic, partitions, security, replication_factor), outage, backoff)
     if compacted_topic:
-        await ensure_topic(
-            bootstrap, compacted_topic, partitions, security, replication_factor, dict(COMPACTED_TOPIC_CONFIG)
+        config = dict(COMPACTED_TOPIC_CONFIG)
+        await retry(
+            lambda: ensure_topic(bootstrap, compacted_topic, partitions, security, replication_factor, config),
+            outage,
+            backoff,
         )
-    producer = new_producer(bootstrap, security=security)
-    await producer.start()
+
+    async def started_producer() -> AIOKafkaProducer:
+        producer = new_producer(bootstrap, security=security)
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
+
+    producer = await retry(started_producer, outage, backoff)
 
     def pipeline(target: str, keys: int | None = None) -> FaultyPipeline:
         return FaultyPipeline(DivWriter(producer, max_records_per_segment=500, tracing=tracing), target, keys)
@@ -352,33 +374,92 @@ async def run_demo(
     next_fault = started + fault_every_s
     next_restart = started + restart_every_s if restart_every_s else float("inf")
     faults = itertools.cycle(FAULTS)
+
+    def replace(crashed: FaultyPipeline) -> None:
+        """A writer whose write timed out is a crashed producer: that write may or may not
+        have landed, so its GUID writes nothing more (its segment stays open, as a crash
+        leaves it) and a new producer takes its place."""
+        nonlocal compacted
+        if crashed is compacted:
+            assert compacted_topic is not None
+            compacted = replacement = pipeline(compacted_topic, keys=200)
+            if at_rest is not None:
+                at_rest.pipeline = compacted
+        else:
+            index = pipelines.index(crashed)
+            pipelines[index] = replacement = pipeline(topic)
+        log.warning(
+            "a write of producer %s timed out and may or may not have landed: that producer is treated as "
+            "crashed, new producer %s",
+            crashed.writer.guid.hex(),
+            replacement.writer.guid.hex(),
+        )
+
     try:
         for n in itertools.count():
             now = loop.time()
             if duration_s and now - started >= duration_s:
                 break
-            if now >= next_restart:
-                victim = random.randrange(len(pipelines))
-                await pipelines[victim].writer.close()  # END_OF_SEGMENTs: a clean stop
-                pipelines[victim] = pipeline(topic)
-                log.warning("restarted writer %d: new producer %s", victim, pipelines[victim].writer.guid.hex())
-                next_restart = now + restart_every_s
-            if at_rest is not None and now >= next_at_rest:
-                task = asyncio.create_task(at_rest.inject(next(findings), random.randrange(partitions)))
-                background.add(task)
-                task.add_done_callback(background.discard)
-                next_at_rest = now + at_rest_every_s
-            if now >= next_fault:
-                await random.choice(pipelines).inject(next(faults), random.randrange(partitions))
-                next_fault = now + fault_every_s
-            else:
-                await pipelines[n % len(pipelines)].healthy(n % partitions)
-                if compacted is not None and n % 4 == 0:
-                    await compacted.healthy((n // 4) % partitions)
+            acting: FaultyPipeline | None = None
+            if at_rest is not None and at_rest.interrupted and compacted is not None:
+                at_rest.interrupted = False
+                replace(compacted)
+            try:
+                if now >= next_restart:
+                    victim = random.randrange(len(pipelines))
+                    acting = pipelines[victim]
+                    next_restart = now + restart_every_s
+                    await acting.writer.close()  # END_OF_SEGMENTs: a clean stop
+                    pipelines[victim] = pipeline(topic)
+                    log.warning("restarted writer %d: new producer %s", victim, pipelines[victim].writer.guid.hex())
+                if at_rest is not None and now >= next_at_rest:
+                    task = asyncio.create_task(_at_rest_finding(at_rest, next(findings), random.randrange(partitions)))
+                    background.add(task)
+                    task.add_done_callback(background.discard)
+                    next_at_rest = now + at_rest_every_s
+                if now >= next_fault:
+                    acting = random.choice(pipelines)
+                    next_fault = now + fault_every_s
+                    await acting.inject(next(faults), random.randrange(partitions))
+                else:
+                    acting = pipelines[n % len(pipelines)]
+                    await acting.healthy(n % partitions)
+                    if compacted is not None and n % 4 == 0:
+                        acting = compacted
+                        await compacted.healthy((n // 4) % partitions)
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                outage.failed(failed)
+                # An at-rest finding half made is not logged as made; none is made meanwhile.
+                for task in list(background):
+                    task.cancel()
+                if acting is not None:
+                    replace(acting)
+                await wait_until_back(producer.client, outage, backoff)
+                continue
+            outage.ended()
+            backoff.reset()
             await asyncio.sleep(1 / rate)
     finally:
         for task in list(background):
             task.cancel()
         for p in [*pipelines, *([compacted] if compacted else [])]:
-            await p.writer.close()
+            with contextlib.suppress(Exception):  # a broker away at the end: segments stay open
+                await asyncio.wait_for(p.writer.close(), _CLOSE_TIMEOUT_S)
         await producer.stop()
+
+
+async def _at_rest_finding(at_rest: AtRestFaults, finding: str, partition: int) -> None:
+    """One at-rest finding, in the background; one the broker's outage interrupts is not made
+    (the main loop says the outage)."""
+    try:
+        await at_rest.inject(finding, partition)
+    except asyncio.CancelledError:
+        at_rest.interrupted = True
+        raise
+    except Exception as failed:
+        if not is_outage(failed):
+            raise
+        at_rest.interrupted = True
+        log.info("at-rest %s on partition %d not made: the broker did not answer", finding, partition)

@@ -14,6 +14,7 @@ What it dropped and duplicated is kept, by source partition and offset, for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections import Counter
@@ -26,11 +27,15 @@ from aiokafka.structs import ConsumerRecord
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.dev.demo import ensure_topic
+from kdiv.dev.outage import Backoff, BrokerOutage, is_outage, retry
 from kdiv.div.wire import Kind, readable_div_header
 from kdiv.trace.propagate import forward
 from kdiv.writer import DivWriter
 
 log = logging.getLogger(__name__)
+
+# A processor leaving gives its writer's END_OF_SEGMENTs this long.
+_CLOSE_TIMEOUT_S = 10.0
 
 FAULTS = ("none", "drop", "duplicate")
 
@@ -45,6 +50,8 @@ class ProcessorLedger:
 
     writes: Counter[tuple[int, int]] = field(default_factory=Counter)
     dropped: set[tuple[int, int]] = field(default_factory=set)
+    # Written when the broker went away: they may or may not have landed (then written again).
+    uncertain: set[tuple[int, int]] = field(default_factory=set)
 
     @staticmethod
     def merged(ledgers: Iterable[ProcessorLedger]) -> ProcessorLedger:
@@ -53,6 +60,7 @@ class ProcessorLedger:
         for ledger in ledgers:
             total.writes.update(ledger.writes)
             total.dropped |= ledger.dropped
+            total.uncertain |= ledger.uncertain
         return total
 
     @property
@@ -81,6 +89,7 @@ class FaultyProcessor:
         duplicate_every: int = 5,
         security: KafkaSecurity = PLAINTEXT,
         name: str = "processor",
+        outage: BrokerOutage | None = None,
     ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"fault {fault!r} is not one of {', '.join(FAULTS)}")
@@ -99,6 +108,9 @@ class FaultyProcessor:
         self._resume.set()
         self._lock = asyncio.Lock()  # one of: a flush, a revocation
         self._stopped = False
+        # Shared by a group's instances, so an outage is said once, not once per instance.
+        self.outage = outage or BrokerOutage(name, log)
+        self._backoff = Backoff()
 
     async def start(self) -> None:
         self._writer = await DivWriter.start(self.bootstrap, security=self.security)
@@ -127,7 +139,12 @@ class FaultyProcessor:
         if self._consumer is not None:
             await self._consumer.stop()  # revokes: the fault applies to the buffer
         if self._writer is not None:
-            await self._writer.close()
+            try:
+                await asyncio.wait_for(self._writer.close(), _CLOSE_TIMEOUT_S)
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                await self._abandon_writer()
 
     async def stall(self, seconds: float) -> None:
         """Stop taking records for `seconds` while staying in the group, then go on."""
@@ -144,22 +161,39 @@ class FaultyProcessor:
         since = loop.time()
         while True:
             await self._resume.wait()
-            fetched = await consumer.getmany(timeout_ms=100, max_records=self.batch_size)
-            for records in fetched.values():
-                # The upstream writer's DIV control records are its bookkeeping, not data.
-                self._buffer.extend(r for r in records if not _is_div_control(r))
-            if self._buffer and (len(self._buffer) >= self.batch_size or loop.time() - since >= self.linger_s):
-                async with self._lock:
-                    await self._flush()
-                since = loop.time()
+            try:
+                fetched = await consumer.getmany(timeout_ms=100, max_records=self.batch_size)
+                for records in fetched.values():
+                    # The upstream writer's DIV control records are its bookkeeping, not data.
+                    self._buffer.extend(r for r in records if not _is_div_control(r))
+                if self._buffer and (len(self._buffer) >= self.batch_size or loop.time() - since >= self.linger_s):
+                    async with self._lock:
+                        await self._flush()
+                    since = loop.time()
+                    self.outage.ended()
+                    self._backoff.reset()
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                self.outage.failed(failed)
+                await self._backoff.sleep()
 
     async def _flush(self) -> None:
-        """Write the buffer to the sink, then commit its offsets."""
+        """Write the buffer to the sink, then commit its offsets. A write the broker did not
+        acknowledge is written again, with a new writer: the old one's records may or may not
+        have landed, so its GUID writes nothing more (as a crashed processor's)."""
         batch, self._buffer = self._buffer, []
         if not batch:
             return
         self._batches += 1
-        await self._write(batch)
+        try:
+            await self._write(batch)
+        except Exception as failed:
+            if not is_outage(failed):
+                raise
+            self.outage.failed(failed)
+            self.ledger.uncertain.update((r.partition, r.offset) for r in batch)
+            await self._rewrite(batch)
         if self.fault == "duplicate" and self._batches % self.duplicate_every == 0:
             await self._write(batch)
         try:
@@ -168,12 +202,36 @@ class FaultyProcessor:
             # The next owner reads the batch again: a duplicate the ledger's counts show.
             log.warning("%s: commit failed (%s); the batch will be processed again", self.name, failed)
 
+    async def _rewrite(self, batch: list[ConsumerRecord]) -> None:
+        """Write `batch` with a new writer once the broker is back."""
+        while True:
+            await self._abandon_writer()
+            await self._backoff.sleep()
+            try:
+                self._writer = await DivWriter.start(self.bootstrap, security=self.security)
+                await self._write(batch)
+                return
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                self.outage.failed(failed)
+
+    async def _abandon_writer(self) -> None:
+        """Stop the writer without its END_OF_SEGMENTs: its segments stay open, as a crash leaves them."""
+        abandoned, self._writer = self._writer, None
+        if abandoned is not None:
+            with contextlib.suppress(Exception):  # what it still holds failed with it
+                await asyncio.wait_for(abandoned.producer.stop(), _CLOSE_TIMEOUT_S)
+
     async def _write(self, batch: list[ConsumerRecord]) -> None:
         writer = self._writer
         assert writer is not None
-        for record in batch:
-            await writer.send(self.sink, record.value, record.key, headers=forward(record.headers))
+        sent = [await writer.send(self.sink, r.value, r.key, headers=forward(r.headers)) for r in batch]
         await writer.flush()
+        # flush() waits without raising: a record the broker did not acknowledge fails its future.
+        for outcome in await asyncio.gather(*sent, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
         self.ledger.writes.update((r.partition, r.offset) for r in batch)
 
     async def _commit(self, batch: list[ConsumerRecord]) -> None:
@@ -237,27 +295,38 @@ async def run_processors(
 ) -> ProcessorLedger:
     """`instances` processors of one group, source -> sink; every `restart_every_s` (0: never)
     the oldest leaves and a new one joins: the rebalances at which "drop" loses its buffer.
-    Runs `duration_s` (0: until cancelled); what all of them did, merged."""
-    await ensure_topic(bootstrap, sink, partitions, security, replication_factor)
+    Runs `duration_s` (0: until cancelled); what all of them did, merged. Through a broker
+    outage they keep retrying (said once when it starts, once when it ends)."""
+    outage = BrokerOutage(f"kdiv processor {group}", log)
+    backoff = Backoff()
+    await retry(lambda: ensure_topic(bootstrap, sink, partitions, security, replication_factor), outage, backoff)
     running: list[FaultyProcessor] = []
     done: list[FaultyProcessor] = []
     loop = asyncio.get_running_loop()
     started = loop.time()
 
     async def join(number: int) -> None:
-        processor = FaultyProcessor(
-            bootstrap,
-            source,
-            sink,
-            group,
-            fault=fault,
-            batch_size=batch_size,
-            linger_s=linger_s,
-            security=security,
-            name=f"{group}-{number}",
-        )
-        await processor.start()
-        running.append(processor)
+        async def started() -> FaultyProcessor:
+            processor = FaultyProcessor(
+                bootstrap,
+                source,
+                sink,
+                group,
+                fault=fault,
+                batch_size=batch_size,
+                linger_s=linger_s,
+                security=security,
+                name=f"{group}-{number}",
+                outage=outage,
+            )
+            try:
+                await processor.start()
+            except BaseException:
+                await processor.stop()
+                raise
+            return processor
+
+        running.append(await retry(started, outage, backoff))
 
     try:
         for number in range(max(instances, 1)):
@@ -272,7 +341,12 @@ async def run_processors(
             if duration_s and loop.time() - started >= duration_s:
                 break
             leaving = running.pop(0)
-            await leaving.stop()
+            try:
+                await leaving.stop()
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                outage.failed(failed)  # it is gone all the same
             done.append(leaving)
             await join(number)
             total = ProcessorLedger.merged(p.ledger for p in (*done, *running))

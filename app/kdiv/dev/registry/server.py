@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.dev.outage import Backoff, BrokerOutage, is_outage, retry
 from kdiv.kafka.consume import read_snapshot
+from kdiv.kafka.failures import failure_text
 from kdiv.kafka.produce import new_producer
 from kdiv.kafka.topics import create_topic
 from kdiv.registry.schemaslog import (
@@ -35,6 +39,10 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SCHEMAS_TOPIC = "_schemas"
 
 
+class BrokerAway(Exception):
+    """A write the broker did not acknowledge: it may or may not be in the log."""
+
+
 class DevRegistry:
     def __init__(self, bootstrap: str, topic: str = SCHEMAS_TOPIC, security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
@@ -45,17 +53,26 @@ class DevRegistry:
         # Writes are planned from the state and applied after they are acknowledged; one at
         # a time, so two registrations never get the same id or version.
         self._write_lock = asyncio.Lock()
+        self.outage = BrokerOutage("kdiv registry", log)
+        # Set when a write timed out: it may or may not be in the log, so the state is read
+        # from the log again before the next write plans from it.
+        self._state_uncertain = False
 
     async def start(self) -> None:
-        await self._ensure_topic()
-        replayed = 0
-        async for record in read_snapshot(self.bootstrap, self.topic, security=self.security):
-            self.state.apply(record.key, record.value)
-            replayed += 1
-        self._producer = new_producer(
-            self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry"
-        )
-        await self._producer.start()
+        backoff = Backoff()
+        await retry(self._ensure_topic, self.outage, backoff)
+        replayed = await retry(self._replay, self.outage, backoff)
+
+        async def started_producer() -> AIOKafkaProducer:
+            producer = new_producer(self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry")
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            return producer
+
+        self._producer = await retry(started_producer, self.outage, backoff)
         log.info(
             "dev registry: %d records replayed from %s: %d schemas, %d subjects (%d records not used)",
             replayed,
@@ -68,6 +85,35 @@ class DevRegistry:
     async def stop(self) -> None:
         if self._producer is not None:
             await self._producer.stop()
+
+    async def _replay(self) -> int:
+        """The state read from the whole log; the number of records read."""
+        state, replayed = SchemaLogState(), 0
+        async for record in read_snapshot(self.bootstrap, self.topic, security=self.security):
+            state.apply(record.key, record.value)
+            replayed += 1
+        self.state = state
+        return replayed
+
+    @asynccontextmanager
+    async def writing(self) -> AsyncIterator[None]:
+        """The one writer's turn, with the state caught up with the log after an uncertain write.
+
+        While the broker is away a write fails with `BrokerAway` (HTTP 500, Confluent's
+        50002 "operation timed out"): the outage is logged once, not per request."""
+        async with self._write_lock:
+            try:
+                if self._state_uncertain:
+                    await self._replay()
+                    self._state_uncertain = False
+                yield
+            except Exception as failed:
+                if not is_outage(failed):
+                    raise
+                self._state_uncertain = True
+                self.outage.failed(failed)
+                raise BrokerAway(failure_text(failed)) from None
+            self.outage.ended()
 
     async def _ensure_topic(self) -> None:
         admin = AIOKafkaAdminClient(
@@ -156,7 +202,7 @@ class DevRegistry:
     async def register(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
         schema = _schema_text(await _body(request))
-        async with self._write_lock:
+        async with self.writing():
             schema_id, records = self.state.plan_register(subject, schema)
             await self.append(records)
         version, _ = self.state.lookup(subject, schema)
@@ -170,7 +216,7 @@ class DevRegistry:
 
     async def delete_subject(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
-        async with self._write_lock:
+        async with self.writing():
             versions, records = self.state.plan_delete_subject(subject, permanent=_flag(request, "permanent"))
             await self.append(records)
         return _json(versions)
@@ -216,14 +262,14 @@ class DevRegistry:
         level = body.get("compatibility") or body.get("compatibilityLevel")
         if level not in LEVELS:
             raise RegistryRequestError(422, 42203, f"Invalid compatibility level {level!r}; valid: {', '.join(LEVELS)}")
-        async with self._write_lock:
+        async with self.writing():
             await self.append(self.state.plan_level(subject, level))
         return _json({"compatibility": level})
 
     async def delete_level(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
         previous = self.state.level(subject)
-        async with self._write_lock:
+        async with self.writing():
             await self.append(self.state.plan_level(subject, None))
         return _json({"compatibilityLevel": previous})
 
@@ -237,6 +283,9 @@ async def _confluent_errors(request: web.Request, handler):
         return await handler(request)
     except RegistryRequestError as error:
         return _json({"error_code": error.error_code, "message": error.message}, status=error.status)
+    except BrokerAway as away:
+        message = f"Operation timed out: the registry's broker did not answer ({away})"
+        return _json({"error_code": 50002, "message": message}, status=500)
     except web.HTTPException as error:
         code = error.status * 100 + 1 if error.status == 404 else error.status
         return _json({"error_code": code, "message": error.reason}, status=error.status)
