@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import Eviction, ValidationResult
+from kdiv.incident.bounds import fitted
 from kdiv.incident.builders import (
     NOT_FAULTS,
     checksum_incident,
@@ -134,22 +135,24 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
     gap = result.gap
     if gap is None or result.guid is None:
         if own is not None and deleted is not None and result.verdict in LOSS_VERDICTS:
-            own = replace(own, detail=own.detail + deleted_note(deleted))
+            own = fitted(replace(own, detail=own.detail + deleted_note(deleted)))
         return [] if own is None else [own]
     record = result.record
-    missing = Incident(
-        topic=record.topic,
-        partition=record.partition,
-        producer=result.guid.hex(),
-        segment=gap.segment,
-        seq=gap.first,
-        verdict=Verdict.MISSING.value,
-        offset=gap.found_offset,
-        severity=severity_of(gap.fatal),
-        detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
-        record_timestamp_ms=record_time(record.timestamp),
-        detected_at_ms=detected_at_ms,
-        resolved_at_ms=detected_at_ms if gap.resolved else None,
+    missing = fitted(
+        Incident(
+            topic=record.topic,
+            partition=record.partition,
+            producer=result.guid.hex(),
+            segment=gap.segment,
+            seq=gap.first,
+            verdict=Verdict.MISSING.value,
+            offset=gap.found_offset,
+            severity=severity_of(gap.fatal),
+            detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
+            record_timestamp_ms=record_time(record.timestamp),
+            detected_at_ms=detected_at_ms,
+            resolved_at_ms=detected_at_ms if gap.resolved else None,
+        )
     )
     if result.verdict is Verdict.MISSING or own is None:
         return [missing]
