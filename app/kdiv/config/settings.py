@@ -28,6 +28,9 @@ STRATEGIES = ("topic", "record", "topic_record")
 
 # KDIV_SCHEMA_REGISTRY_URL=none: no registry (state framed with a local id, schemas unchecked).
 NO_REGISTRY = "none"
+# The least KDIV_RECENT_INCIDENTS_BYTES: above the largest incident read
+# (kdiv.incident.bounds.MAX_INCIDENT_BYTES), so the newest is always held.
+MIN_RECENT_INCIDENTS_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,8 @@ class Settings:
     batch_max: int = 100_000
     commit_interval_s: float = 1.0
     recent_incidents: int = 10_000
+    # The incidents' records a worker holds for the views, in bytes (kdiv.worker.incidents.RecentIncidents).
+    recent_incidents_bytes: int = 33_554_432  # 32 MiB
     # One log line per incident written (kdiv.worker.incident_log); off: the incidents topic only.
     log_incidents: bool = True
     kafka_security: KafkaSecurity = PLAINTEXT
@@ -350,6 +355,9 @@ class Settings:
             batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
             commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
             recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
+            recent_incidents_bytes=env.int(
+                "RECENT_INCIDENTS_BYTES", cls.recent_incidents_bytes, minimum=MIN_RECENT_INCIDENTS_BYTES
+            ),
             log_incidents=env.bool("LOG_INCIDENTS", cls.log_incidents),
             kafka_security=KafkaSecurity.from_env(environ),
             registry=RegistrySettings.from_env(environ),

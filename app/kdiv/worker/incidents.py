@@ -160,24 +160,40 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
 
 
 class RecentIncidents:
-    """The latest incidents, newest last, one per identity, at most `capacity` of them."""
+    """The latest incidents, newest last, one per identity: at most `capacity` of them, and at
+    most `max_bytes` of their records (the incidents topic's values and the keys they are held
+    under; in memory they take about as much again as a third). The oldest go first."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int) -> None:
         self.capacity = capacity
-        self._by_key: OrderedDict[bytes, Incident] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._by_key: OrderedDict[bytes, tuple[Incident, int]] = OrderedDict()
+        self._bytes = 0
 
-    def add(self, key: bytes, incident: Incident) -> None:
-        """Keep an incident read from the topic, replacing an earlier one under the same key."""
-        if key in self._by_key:
-            self._by_key[key] = incident  # a replay: same fault, kept in its first place
-            return
-        self._by_key[key] = incident
-        if len(self._by_key) > self.capacity:
-            self._by_key.popitem(last=False)
+    def add(self, incident: Incident, value_size: int) -> None:
+        """Keep an incident read from the topic (its value `value_size` bytes long), under the
+        key its fields make, replacing an earlier one under the same key."""
+        key = incident.key
+        size = len(key) + value_size
+        earlier = self._by_key.get(key)
+        if earlier is not None:
+            self._bytes -= earlier[1]  # a replay: same fault, kept in its first place
+        self._by_key[key] = (incident, size)
+        self._bytes += size
+        # The newest is always kept: no value is larger than the bound (KDIV_RECENT_INCIDENTS_BYTES'
+        # minimum is above the largest incident read).
+        while len(self._by_key) > 1 and (len(self._by_key) > self.capacity or self._bytes > self.max_bytes):
+            _, (_, dropped) = self._by_key.popitem(last=False)
+            self._bytes -= dropped
 
     def __len__(self) -> int:
         return len(self._by_key)
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the records held, as `max_bytes` counts them."""
+        return self._bytes
+
     def newest_first(self) -> Iterator[Incident]:
         """The kept incidents, newest first."""
-        return reversed(self._by_key.values())
+        return (incident for incident, _ in reversed(self._by_key.values()))
