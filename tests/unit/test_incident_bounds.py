@@ -88,9 +88,10 @@ def with_fields(base: Incident, **fields) -> bytes:
 def test_a_string_field_at_its_bound_is_read_and_one_character_more_is_refused(name):
     base = {"expected_subject": SCHEMA, "table": CHECKSUM, "route": TRACE, "group": TRACE}.get(name, DIV)
     limit = MAX_CHARS[name]
-    at_bound = Incident.from_value(with_fields(base, **{name: "x" * limit}))
-    assert getattr(at_bound, name) == "x" * limit
-    refused(with_fields(base, **{name: "x" * (limit + 1)}), f"{name} is {limit + 1:,} characters long")
+    letter = "X" if name == "verdict" else "x"
+    at_bound = Incident.from_value(with_fields(base, **{name: letter * limit}))
+    assert getattr(at_bound, name) == letter * limit
+    refused(with_fields(base, **{name: letter * (limit + 1)}), f"{name} is {limit + 1:,} characters long")
 
 
 def test_lists_and_row_keys_over_their_bounds_are_refused():
@@ -116,6 +117,11 @@ def test_a_producer_that_is_not_a_guid_is_refused(producer):
     refused(with_fields(DIV, producer=producer), "producer is .*not 32 lowercase hex digits")
 
 
+@pytest.mark.parametrize("verdict", ["missing", "MISS ING", "\U0001f600", "_X", "X\n"])
+def test_a_verdict_that_is_not_a_class_name_is_refused(verdict):
+    refused(with_fields(DIV, verdict=verdict), "verdict is .*not a class")
+
+
 def test_a_trace_id_that_is_not_32_hex_digits_is_refused():
     refused(with_fields(TRACE, trace_id="trace"), "trace_id is 'trace', not 32 lowercase hex digits")
 
@@ -128,7 +134,7 @@ def test_a_value_larger_than_the_bound_is_refused_before_it_is_parsed():
 
 def test_an_incident_at_every_bound_in_the_costliest_characters_fits_the_record_bound():
     widest = Incident(
-        SMILE * MAX_CHARS["topic"], 0, None, None, None, SMILE * MAX_CHARS["verdict"], MAX_INT, "fatal",
+        SMILE * MAX_CHARS["topic"], 0, None, None, None, "V" * MAX_CHARS["verdict"], MAX_INT, "fatal",
         SMILE * MAX_CHARS["detail"], MAX_INT, MAX_INT, resolved_at_ms=MAX_INT, schema_id=MAX_INT,
         message_field="value", expected_subject=SMILE * MAX_CHARS["expected_subject"],
         registered_subjects=tuple(f"{i:02}" + SMILE * (MAX_SUBJECT_CHARS - 2) for i in range(MAX_REGISTERED_SUBJECTS)),
@@ -225,7 +231,7 @@ _INTS = st.integers(min_value=-(1 << 70), max_value=1 << 70)
 )
 def test_fitted_fits_any_incident(text, subjects, key, number):
     wild = replace(
-        CHECKSUM, topic=text or "t", verdict=text or "V", detail=text, table=text, route=text, group=text,
+        CHECKSUM, topic=text or "t", detail=text, table=text, route=text, group=text,
         expected_subject=text, registered_subjects=tuple(subjects), row_key=tuple(key) or None, commit_ts=number,
         expected_checksum=number, record_timestamp_ms=number, schema_id=abs(number), hop=abs(number),
     )  # fmt: skip

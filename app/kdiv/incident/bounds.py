@@ -38,6 +38,8 @@ MIN_INT = -(1 << 63)
 MAX_INT = (1 << 64) - 1
 # Producer GUIDs and trace ids as every incident writes them: 16 bytes as lowercase hex.
 HEX_ID = re.compile(r"[0-9a-f]{32}")
+# A class as kdiv names them (MISSING, LOG_REWOUND, ...): what the views count incidents by.
+VERDICT = re.compile(r"[A-Z][A-Z0-9_]*")
 # The largest incidents topic value read; refused before parsing. Every value within the
 # bounds above fits, even one whose every character JSON escapes as a surrogate pair (12 bytes).
 MAX_INCIDENT_BYTES = 256 * 1024
@@ -68,6 +70,9 @@ def over_bound(fields: dict[str, object]) -> str | None:
     for name, value in fields.items():
         if isinstance(value, int) and not MIN_INT <= value <= MAX_INT:
             return f"incident field {name} is outside 64 bits"
+    verdict = fields.get("verdict")
+    if isinstance(verdict, str) and not VERDICT.fullmatch(verdict):
+        return f"incident field verdict is {verdict[:40]!r}, not a class (capital letters, digits and _)"
     for name in ("producer", "trace_id"):
         value = fields.get(name)
         if isinstance(value, str) and not HEX_ID.fullmatch(value):
