@@ -162,7 +162,7 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
 class RecentIncidents:
     """The latest incidents, newest last, one per identity: at most `capacity` of them, and at
     most `max_bytes` of their records (the incidents topic's values and the keys they are held
-    under; in memory they take about as much again as a third). The oldest go first."""
+    under; in memory they take about 1.3 times as much). The oldest go first."""
 
     def __init__(self, capacity: int, max_bytes: int) -> None:
         self.capacity = capacity
