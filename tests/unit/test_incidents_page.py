@@ -23,7 +23,7 @@ SMILE = "\U0001f600"
 def _worker(incidents: list[Incident]):
     recent = RecentIncidents(capacity=10_000, max_bytes=1 << 30)
     for incident in incidents:
-        recent.add(incident, len(incident.value))
+        recent.add(incident.key, incident, len(incident.value))
     return SimpleNamespace(recent=recent, incidents_read_to={0: len(incidents)})
 
 

@@ -59,11 +59,15 @@ def test_a_record_that_is_no_incident_is_counted_and_logged_with_its_place(caplo
     assert "unreadable incident at kdiv-incidents[1]@17" in caplog.text
 
 
-def test_a_record_held_under_a_huge_key_is_held_under_the_key_its_fields_make():
+def test_a_records_key_counts_in_the_bytes_held():
     worker = _Worker()
     add_incident(worker, _record(b"k" * 900_000, MISSING.value))
     assert list(worker.recent.newest_first()) == [MISSING]
-    assert worker.recent.held_bytes == len(MISSING.key) + len(MISSING.value)
+    assert worker.recent.held_bytes == 900_000 + len(MISSING.value)
+    # The next pushes it out: together they are over the worker's 1 MiB.
+    later = replace(MISSING, seq=9)
+    add_incident(worker, _record(b"k" * 200_000, later.value))
+    assert list(worker.recent.newest_first()) == [later]
 
 
 def test_a_record_over_the_bounds_is_counted_named_and_never_held(caplog):
@@ -88,12 +92,12 @@ def test_held_incidents_are_bounded_by_bytes_as_well_as_count_the_oldest_going_f
     each = len(small[0].key) + len(small[0].value)
     recent = RecentIncidents(capacity=100, max_bytes=3 * each)
     for incident in small:
-        recent.add(incident, len(incident.value))
+        recent.add(incident.key, incident, len(incident.value))
     assert list(recent.newest_first()) == small[:1:-1]  # the three newest
     assert recent.held_bytes == 3 * each
     # One large incident pushes out as many of the oldest as its bytes need.
     large = _numbered(99, "x" * (each // 2))
-    recent.add(large, len(large.value))
+    recent.add(large.key, large, len(large.value))
     assert list(recent.newest_first()) == [large, small[4]]
     assert recent.held_bytes == len(large.key) + len(large.value) + each <= 3 * each
 
@@ -102,9 +106,9 @@ def test_a_replay_is_held_in_its_place_with_its_new_size():
     first, second = _numbered(1), _numbered(2)
     recent = RecentIncidents(capacity=10, max_bytes=1 << 20)
     for incident in (first, second):
-        recent.add(incident, len(incident.value))
+        recent.add(incident.key, incident, len(incident.value))
     grown = replace(first, detail="longer detail " * 10)
-    recent.add(grown, len(grown.value))
+    recent.add(grown.key, grown, len(grown.value))
     assert list(recent.newest_first()) == [second, grown]
     assert recent.held_bytes == sum(len(i.key) + len(i.value) for i in (second, grown))
 
@@ -112,7 +116,7 @@ def test_a_replay_is_held_in_its_place_with_its_new_size():
 def test_held_incidents_are_bounded_by_count():
     recent = RecentIncidents(capacity=2, max_bytes=1 << 20)
     for n in range(4):
-        recent.add(_numbered(n), len(_numbered(n).value))
+        recent.add(_numbered(n).key, _numbered(n), len(_numbered(n).value))
     assert [i.seq for i in recent.newest_first()] == [3, 2]
 
 

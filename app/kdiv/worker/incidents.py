@@ -161,8 +161,7 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
 
 class RecentIncidents:
     """The latest incidents, newest last, one per identity: at most `capacity` of them, and at
-    most `max_bytes` of their records (the incidents topic's values and the keys they are held
-    under; in memory they take about 1.3 times as much). The oldest go first."""
+    most `max_bytes` of their records (the incidents topic's keys and values; in memory they take about 1.3 times as much). The oldest go first."""
 
     def __init__(self, capacity: int, max_bytes: int) -> None:
         self.capacity = capacity
@@ -170,10 +169,10 @@ class RecentIncidents:
         self._by_key: OrderedDict[bytes, tuple[Incident, int]] = OrderedDict()
         self._bytes = 0
 
-    def add(self, incident: Incident, value_size: int) -> None:
-        """Keep an incident read from the topic (its value `value_size` bytes long), under the
-        key its fields make, replacing an earlier one under the same key."""
-        key = incident.key
+    def add(self, key: bytes, incident: Incident, value_size: int) -> None:
+        """Keep an incident read from the topic under its record's key (its value `value_size`
+        bytes long), replacing an earlier one under the same key. The key's bytes count too:
+        nothing else bounds a record's key."""
         size = len(key) + value_size
         earlier = self._by_key.get(key)
         if earlier is not None:
