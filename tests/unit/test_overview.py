@@ -6,10 +6,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdiv.incident.bounds import MAX_CHARS
 from kdiv.worker.overview import (
     HOUR_MS,
+    MAX_FAILED_PUSHES,
+    MAX_FINDING_CLASSES,
     MAX_GRID_CELLS,
     MAX_GROUPS_PAGE,
+    MAX_OVERVIEW_BYTES,
+    MAX_TOPICS,
     TIMELINE_BUCKETS,
     GroupsQuery,
     overview,
@@ -197,3 +202,33 @@ def test_a_partition_item_without_its_keys_is_left_out_of_the_grid():
     assert shown["grid"]["total"] == 1 and shown["grid"]["topics"] == [
         {"topic": "t", "partitions": [shown["grid"]["topics"][0]["partitions"][0]]}
     ]
+
+
+def test_the_largest_answer_stays_within_its_documented_size():
+    # Every list at its longest, every string at its bound in the characters JSON writes longest.
+    smile = "\U0001f600"
+    wide = MAX_CHARS["topic"] - 6
+    incidents = [
+        Seen(f"{i:06}" + smile * wide, 0, f"{i % 7}".rjust(MAX_CHARS["verdict"], "V"), "fatal", NOW - i)
+        for i in range(10_000)
+    ]
+    partitions = [
+        part(f"{n:06}".ljust(MAX_CHARS["topic"], "t"), 0, push_failed=True) for n in range(MAX_GRID_CELLS + 5)
+    ]
+    partitions.append(part("t" * (MAX_CHARS["topic"] + 1), 0))  # no topic is named so: not listed
+    run = {
+        "available": True,
+        "run": "r",
+        "summary": {
+            "status": "failed",
+            "error": "e" * 1_000_000,
+            "counts": {f"{n:03}" + "x" * 10_000: n for n in range(500)},
+        },
+    }
+    shown = answer(incidents, partitions, reconciliation=run, groups=GroupsQuery(limit=MAX_GROUPS_PAGE))
+    assert len(shown["topics"]) == MAX_TOPICS and shown["topics_total"] == 10_000 + MAX_GRID_CELLS + 5
+    assert len(shown["failed_pushes"]) == MAX_FAILED_PUSHES and shown["failed_pushes_total"] == MAX_GRID_CELLS + 5
+    assert shown["grid"]["total"] == MAX_GRID_CELLS + 5
+    assert len(shown["reconciliation"]["counts"]) == MAX_FINDING_CLASSES
+    size = len(json.dumps(shown))  # ASCII: every non-ASCII character escaped, the longest written
+    assert MAX_OVERVIEW_BYTES / 2 < size <= MAX_OVERVIEW_BYTES

@@ -28,6 +28,9 @@ STRATEGIES = ("topic", "record", "topic_record")
 
 # KDIV_SCHEMA_REGISTRY_URL=none: no registry (state framed with a local id, schemas unchecked).
 NO_REGISTRY = "none"
+# The least KDIV_RECENT_INCIDENTS_BYTES: above the largest incident read
+# (kdiv.incident.bounds.MAX_INCIDENT_BYTES), so the newest is always held.
+MIN_RECENT_INCIDENTS_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,8 @@ class Settings:
     progress_poll_s: float = 5.0
     stop_timeout_s: float = 8.0
     recent_incidents: int = 10_000
+    # The incidents' records a worker holds for the views, in bytes (kdiv.worker.incidents.RecentIncidents).
+    recent_incidents_bytes: int = 33_554_432  # 32 MiB
     # One log line per incident written (kdiv.worker.incident_log); off: the incidents topic only.
     log_incidents: bool = True
     kafka_security: KafkaSecurity = PLAINTEXT
@@ -375,6 +380,9 @@ class Settings:
             progress_poll_s=env.float("PROGRESS_POLL_S", cls.progress_poll_s),
             stop_timeout_s=env.float("STOP_TIMEOUT_S", cls.stop_timeout_s),
             recent_incidents=env.int("RECENT_INCIDENTS", cls.recent_incidents, minimum=1),
+            recent_incidents_bytes=env.int(
+                "RECENT_INCIDENTS_BYTES", cls.recent_incidents_bytes, minimum=MIN_RECENT_INCIDENTS_BYTES
+            ),
             log_incidents=env.bool("LOG_INCIDENTS", cls.log_incidents),
             kafka_security=KafkaSecurity.from_env(environ),
             registry=RegistrySettings.from_env(environ),

@@ -1,5 +1,6 @@
 """Incidents of what the validators judge: a record's DIV verdict, a changefeed row's
-checksum, a schema id, a partition's log, a trace's hop. Pure: no I/O.
+checksum, a schema id, a partition's log, a trace's hop, each fitted to the incident's bounds
+(`kdiv.incident.bounds`). Pure: no I/O.
 
 The worker adds those only it finds (kdiv.worker.incidents); `kdiv check` prints these.
 """
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import ValidationResult
+from kdiv.incident.bounds import fitted
 from kdiv.incident.shape import Incident
 from kdiv.trace.judge import TraceOutcome, TraceVerdict
 
@@ -48,18 +50,20 @@ def verdict_incident(result: ValidationResult, detected_at_ms: int) -> Incident:
     else:
         # A result that names its producer names its segment and seq too.
         producer, segment, seq = result.guid.hex(), cast(int, result.segment), cast(int, result.seq)
-    return Incident(
-        topic=record.topic,
-        partition=record.partition,
-        producer=producer,
-        segment=segment,
-        seq=seq,
-        verdict=result.verdict.value,
-        offset=record.offset,
-        severity=severity_of(result.fatal),
-        detail=result.detail,
-        record_timestamp_ms=record_time(record.timestamp),
-        detected_at_ms=detected_at_ms,
+    return fitted(
+        Incident(
+            topic=record.topic,
+            partition=record.partition,
+            producer=producer,
+            segment=segment,
+            seq=seq,
+            verdict=result.verdict.value,
+            offset=record.offset,
+            severity=severity_of(result.fatal),
+            detail=result.detail,
+            record_timestamp_ms=record_time(record.timestamp),
+            detected_at_ms=detected_at_ms,
+        )
     )
 
 
@@ -70,24 +74,26 @@ def checksum_incident(row: RowVerdict, detected_at_ms: int) -> Incident:
 
     result = row.result
     verdict = result.verdict.value
-    return Incident(
-        topic=row.topic,
-        partition=row.partition,
-        producer=None,
-        segment=None,
-        seq=None,
-        verdict=verdict,
-        offset=row.offset,
-        severity=_CHECKSUM_SEVERITY.get(verdict, "warning"),
-        detail=fault_detail(result),
-        record_timestamp_ms=record_time(row.timestamp_ms),
-        detected_at_ms=detected_at_ms,
-        table=result.table,
-        row_key=tuple(key_columns(result).items()) or None,
-        row_image=result.image.value,
-        commit_ts=result.commit_ts,
-        expected_checksum=result.expected,
-        computed_checksum=result.computed,
+    return fitted(
+        Incident(
+            topic=row.topic,
+            partition=row.partition,
+            producer=None,
+            segment=None,
+            seq=None,
+            verdict=verdict,
+            offset=row.offset,
+            severity=_CHECKSUM_SEVERITY.get(verdict, "warning"),
+            detail=fault_detail(result),
+            record_timestamp_ms=record_time(row.timestamp_ms),
+            detected_at_ms=detected_at_ms,
+            table=result.table,
+            row_key=tuple(key_columns(result).items()) or None,
+            row_image=result.image.value,
+            commit_ts=result.commit_ts,
+            expected_checksum=result.expected,
+            computed_checksum=result.computed,
+        )
     )
 
 
@@ -108,23 +114,25 @@ def schema_incident(
     """A record (or state value) whose schema id is unknown or under the wrong subject;
     `record_timestamp_ms` None (or Kafka's -1) for state found in a changelog, whose record time
     kdiv does not keep."""
-    return Incident(
-        topic=topic,
-        partition=partition,
-        producer=None,
-        segment=None,
-        seq=None,
-        verdict=verdict,
-        offset=offset,
-        severity="warning",
-        detail=detail,
-        record_timestamp_ms=None if record_timestamp_ms is None else record_time(record_timestamp_ms),
-        detected_at_ms=detected_at_ms,
-        schema_id=schema_id,
-        message_field=message_field,
-        expected_subject=expected_subject,
-        registered_subjects=registered,
-        resolved_at_ms=resolved_at_ms,
+    return fitted(
+        Incident(
+            topic=topic,
+            partition=partition,
+            producer=None,
+            segment=None,
+            seq=None,
+            verdict=verdict,
+            offset=offset,
+            severity="warning",
+            detail=detail,
+            record_timestamp_ms=None if record_timestamp_ms is None else record_time(record_timestamp_ms),
+            detected_at_ms=detected_at_ms,
+            schema_id=schema_id,
+            message_field=message_field,
+            expected_subject=expected_subject,
+            registered_subjects=registered,
+            resolved_at_ms=resolved_at_ms,
+        )
     )
 
 
@@ -133,18 +141,20 @@ def partition_incident(
 ) -> Incident:
     """An incident of a partition, not of one producer's record: keyed by the offset it
     begins at, so finding it again after a crash rewrites the same key."""
-    return Incident(
-        topic=topic,
-        partition=partition,
-        producer=None,
-        segment=None,
-        seq=None,
-        verdict=verdict,
-        offset=offset,
-        severity=severity,
-        detail=detail,
-        record_timestamp_ms=None,
-        detected_at_ms=detected_at_ms,
+    return fitted(
+        Incident(
+            topic=topic,
+            partition=partition,
+            producer=None,
+            segment=None,
+            seq=None,
+            verdict=verdict,
+            offset=offset,
+            severity=severity,
+            detail=detail,
+            record_timestamp_ms=None,
+            detected_at_ms=detected_at_ms,
+        )
     )
 
 
@@ -155,20 +165,22 @@ def trace_incident(verdict: TraceVerdict, detected_at_ms: int) -> Incident:
     never observed, the first copy; its record time the trace's origin (the trace header's)."""
     where = verdict.source if verdict.source is not None else verdict.copies[0]
     topic, partition, offset = where
-    return Incident(
-        topic=topic,
-        partition=partition,
-        producer=None,
-        segment=None,
-        seq=None,
-        verdict=verdict.outcome.value,
-        offset=offset,
-        severity=severity_of(verdict.outcome is TraceOutcome.LOST),
-        detail=verdict.detail,
-        record_timestamp_ms=verdict.origin_ms,
-        detected_at_ms=detected_at_ms,
-        route=verdict.route,
-        trace_id=verdict.trace_id.hex(),
-        hop=verdict.hop,
-        group=verdict.group,
+    return fitted(
+        Incident(
+            topic=topic,
+            partition=partition,
+            producer=None,
+            segment=None,
+            seq=None,
+            verdict=verdict.outcome.value,
+            offset=offset,
+            severity=severity_of(verdict.outcome is TraceOutcome.LOST),
+            detail=verdict.detail,
+            record_timestamp_ms=verdict.origin_ms,
+            detected_at_ms=detected_at_ms,
+            route=verdict.route,
+            trace_id=verdict.trace_id.hex(),
+            hop=verdict.hop,
+            group=verdict.group,
+        )
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
+from kdiv.incident.bounds import MAX_INCIDENT_BYTES, over_bound
 from kdiv.untrusted import json_object, type_name
 
 # The version of the shape `Incident.to_json` writes; values without the field are version 1.
@@ -117,7 +118,10 @@ class Incident:
         """An incident read back from the incidents topic, every field checked against its
         type; ValueError naming the first that is wrong (anyone can write to the topic).
         Version-1 values are normalised: -1 times and segments, "-" producers and `{}` row
-        keys become null."""
+        keys become null. A value over the bounds (`kdiv.incident.bounds`) is refused too,
+        one larger than MAX_INCIDENT_BYTES before it is parsed."""
+        if len(value) > MAX_INCIDENT_BYTES:
+            raise ValueError(f"incident of {len(value):,} bytes is larger than the {MAX_INCIDENT_BYTES:,} read")
         raw_fields = json_object(value, "incident")
         version = raw_fields.pop("incident_version", 1)
         if version not in (1, INCIDENT_VERSION) or isinstance(version, bool):
@@ -151,7 +155,11 @@ class Incident:
                 checked[name] = _row_key(raw)
         if checked["severity"] not in SEVERITIES:
             raise ValueError(f"incident field severity is {_shown(checked['severity'])}, not fatal or warning")
-        return cls(**_normalised(checked))  # type: ignore[arg-type]  # each field checked above
+        normalised = _normalised(checked)
+        problem = over_bound(normalised)
+        if problem is not None:
+            raise ValueError(problem)
+        return cls(**normalised)  # type: ignore[arg-type]  # each field checked above
 
 
 def row_key_json(row_key: RowKey | None) -> dict | None:

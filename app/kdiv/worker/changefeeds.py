@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from kdiv.changefeed.verify import ChangefeedVerifier, RowVerdict
 from kdiv.config.settings import ChangefeedSettings
+from kdiv.incident.bounds import MAX_CHARS, cut
 from kdiv.registry.client import RegistryUnavailable
 from kdiv.registry.subjects import SchemaLookups
 from kdiv.ticdc.checksum import ChecksumVerdict
@@ -24,6 +25,11 @@ log = logging.getLogger("kdiv.worker.changefeeds")
 
 _REGISTRY_RETRY_S = 1.0
 UNKNOWN_TABLE = "(unknown)"
+# Table names come from the messages: a worker counts rows for at most this many (topic,
+# partition, table), the rows of any other table under OTHER_TABLES, and names a table by
+# at most an incident's table bound; so neither its memory nor /changefeeds/ grows with names.
+MAX_TABLES = 4000
+OTHER_TABLES = "(other tables)"
 
 
 class ChangefeedChecks:
@@ -40,6 +46,8 @@ class ChangefeedChecks:
         self.last_offsets: dict[tuple[str, int], int] = {}
         # (topic, partition) -> records verified (since the worker started).
         self.records: Counter[tuple[str, int]] = Counter()
+        # The (topic, partition, table) counted by name, at most MAX_TABLES of them.
+        self.tables: set[tuple[str, int, str]] = set()
         self.registry_waits = 0
 
     async def learn_schemas(self, records: Sequence) -> None:
@@ -82,10 +90,22 @@ class ChangefeedChecks:
         counts = self.counts
         for row in verdicts:
             result = row.result
-            counts[(row.topic, row.partition, result.table or UNKNOWN_TABLE, result.verdict.value)] += 1
+            table = self._counted_table(row.topic, row.partition, result.table)
+            counts[(row.topic, row.partition, table, result.verdict.value)] += 1
             if result.is_fault:
                 incidents.append(checksum_incident(row, detected_at_ms))
         return incidents
+
+    def _counted_table(self, topic: str, partition: int, table: str | None) -> str:
+        """The name a row's table is counted under."""
+        name = UNKNOWN_TABLE if table is None else cut(table, MAX_CHARS["table"])
+        key = (topic, partition, name)
+        if key in self.tables:
+            return name
+        if len(self.tables) < MAX_TABLES:
+            self.tables.add(key)
+            return name
+        return OTHER_TABLES
 
     def partition_counts(self, topic: str, partition: int) -> dict[str, int]:
         """A partition's rows verified by this worker since it started, by verdict (all tables)."""

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from kdiv.div.faults import Verdict
 from kdiv.div.validator import Eviction, ValidationResult
+from kdiv.incident.bounds import fitted
 from kdiv.incident.builders import (
     NOT_FAULTS,
     checksum_incident,
@@ -134,22 +135,24 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
     gap = result.gap
     if gap is None or result.guid is None:
         if own is not None and deleted is not None and result.verdict in LOSS_VERDICTS:
-            own = replace(own, detail=own.detail + deleted_note(deleted))
+            own = fitted(replace(own, detail=own.detail + deleted_note(deleted)))
         return [] if own is None else [own]
     record = result.record
-    missing = Incident(
-        topic=record.topic,
-        partition=record.partition,
-        producer=result.guid.hex(),
-        segment=gap.segment,
-        seq=gap.first,
-        verdict=Verdict.MISSING.value,
-        offset=gap.found_offset,
-        severity=severity_of(gap.fatal),
-        detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
-        record_timestamp_ms=record_time(record.timestamp),
-        detected_at_ms=detected_at_ms,
-        resolved_at_ms=detected_at_ms if gap.resolved else None,
+    missing = fitted(
+        Incident(
+            topic=record.topic,
+            partition=record.partition,
+            producer=result.guid.hex(),
+            segment=gap.segment,
+            seq=gap.first,
+            verdict=Verdict.MISSING.value,
+            offset=gap.found_offset,
+            severity=severity_of(gap.fatal),
+            detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
+            record_timestamp_ms=record_time(record.timestamp),
+            detected_at_ms=detected_at_ms,
+            resolved_at_ms=detected_at_ms if gap.resolved else None,
+        )
     )
     if result.verdict is Verdict.MISSING or own is None:
         return [missing]
@@ -157,24 +160,39 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
 
 
 class RecentIncidents:
-    """The latest incidents, newest last, one per identity, at most `capacity` of them."""
+    """The latest incidents, newest last, one per identity: at most `capacity` of them, and at
+    most `max_bytes` of their records (the incidents topic's keys and values; in memory they take about 1.3 times as much). The oldest go first."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int) -> None:
         self.capacity = capacity
-        self._by_key: OrderedDict[bytes, Incident] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._by_key: OrderedDict[bytes, tuple[Incident, int]] = OrderedDict()
+        self._bytes = 0
 
-    def add(self, key: bytes, incident: Incident) -> None:
-        """Keep an incident read from the topic, replacing an earlier one under the same key."""
-        if key in self._by_key:
-            self._by_key[key] = incident  # a replay: same fault, kept in its first place
-            return
-        self._by_key[key] = incident
-        if len(self._by_key) > self.capacity:
-            self._by_key.popitem(last=False)
+    def add(self, key: bytes, incident: Incident, value_size: int) -> None:
+        """Keep an incident read from the topic under its record's key (its value `value_size`
+        bytes long), replacing an earlier one under the same key. The key's bytes count too:
+        nothing else bounds a record's key."""
+        size = len(key) + value_size
+        earlier = self._by_key.get(key)
+        if earlier is not None:
+            self._bytes -= earlier[1]  # a replay: same fault, kept in its first place
+        self._by_key[key] = (incident, size)
+        self._bytes += size
+        # The newest is always kept: no value is larger than the bound (KDIV_RECENT_INCIDENTS_BYTES'
+        # minimum is above the largest incident read).
+        while len(self._by_key) > 1 and (len(self._by_key) > self.capacity or self._bytes > self.max_bytes):
+            _, (_, dropped) = self._by_key.popitem(last=False)
+            self._bytes -= dropped
 
     def __len__(self) -> int:
         return len(self._by_key)
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the records held, as `max_bytes` counts them."""
+        return self._bytes
+
     def newest_first(self) -> Iterator[Incident]:
         """The kept incidents, newest first."""
-        return reversed(self._by_key.values())
+        return (incident for incident, _ in reversed(self._by_key.values()))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kdiv.clock import iso_utc, renderable_ms
+from kdiv.incident.bounds import MAX_CHARS, cut
 
 HOUR_MS = 3_600_000
 # The chart's bucket widths: the smallest that puts the whole span in TIMELINE_BUCKETS.
@@ -26,6 +27,15 @@ MAX_GROUPS_PAGE = 500
 MAX_GRID_CELLS = 5000
 # Reasons named one by one before "and N more".
 MAX_REASONS = 8
+# Topics listed (the worst first), failed pushes named, and a reconciliation's classes and
+# error shown: each list is cut past these, the answer saying how many there were.
+MAX_TOPICS = 500
+MAX_FAILED_PUSHES = MAX_GRID_CELLS
+MAX_FINDING_CLASSES = 100
+MAX_ERROR_CHARS = 2000
+# What those bounds make the largest answer (incidents' fields are bounded too,
+# kdiv.incident.bounds): a unit test builds it, every string at its longest.
+MAX_OVERVIEW_BYTES = 8 << 20
 
 RED, AMBER, GREEN, RECOVERING = "red", "amber", "green", "recovering"
 _RANK = {GREEN: 0, RECOVERING: 1, AMBER: 2, RED: 3}
@@ -215,7 +225,8 @@ def _counts(summary: dict) -> dict[str, int]:
     counts = summary.get("counts")
     if not isinstance(counts, dict):
         return {}
-    return {str(k): n for k, n in counts.items() if isinstance(n, int) and not isinstance(n, bool)}
+    numbers = [(cut(str(k), 64), n) for k, n in counts.items() if isinstance(n, int) and not isinstance(n, bool)]
+    return dict(numbers[:MAX_FINDING_CLASSES])
 
 
 def reconciliation_state(reconciliation: dict) -> str:
@@ -293,9 +304,16 @@ def reconciliation_json(reconciliation: dict, report_url: str | None) -> dict:
         "counts": counts,
         "finished_at_ms": finished if renderable_ms(finished) else None,
         "finished_at": iso_utc(finished) if renderable_ms(finished) else None,
-        "error": summary.get("error"),
+        "error": _error(summary.get("error")),
         "report": report_url,
     }
+
+
+def _error(error: object) -> object:
+    """A run's error as summary.json gives it, cut: the file is read from disk."""
+    if error is None:
+        return None
+    return cut(error if isinstance(error, str) else repr(error), MAX_ERROR_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +324,16 @@ class GroupsQuery:
     partition: int | None = None
     offset: int = 0
     limit: int = GROUPS_PAGE
+
+
+def _topics(tally: _Tally, failed_pushes: list[tuple[str, int]]) -> list[dict]:
+    """Each topic's state and counts, by name; past MAX_TOPICS, the worst of them."""
+    pushes_failed = {t for t, _ in failed_pushes}
+    states = {
+        topic: worst(faults.state, RED if topic in pushes_failed else GREEN) for topic, faults in tally.by_topic.items()
+    }
+    shown = sorted(states, key=lambda topic: (-_RANK[states[topic]], topic))[:MAX_TOPICS]
+    return [{"topic": topic, "state": states[topic], **tally.by_topic[topic].to_json()} for topic in sorted(shown)]
 
 
 def overview(
@@ -326,11 +354,14 @@ def overview(
     stands still, no count below it can be trusted to be complete."""
     stalls = stalls or []
     hour_ago = now_ms - HOUR_MS
-    # Other workers' items: only those with the fields the grid is keyed by.
+    # Other workers' items: only those with the fields the grid is keyed by, and a topic's name.
     partitions = [
         p
         for p in partitions
-        if isinstance(p, dict) and isinstance(p.get("topic"), str) and isinstance(p.get("partition"), int)
+        if isinstance(p, dict)
+        and isinstance(p.get("topic"), str)
+        and len(p["topic"]) <= MAX_CHARS["topic"]
+        and isinstance(p.get("partition"), int)
     ]
     tally = _tally(incidents, hour_ago)
     for item in partitions:  # a watched topic without incidents is listed too, as green
@@ -353,15 +384,10 @@ def overview(
         ],
         "process": process,
         "faults": tally.total.to_json(),
-        "failed_pushes": [{"topic": t, "partition": p} for t, p in failed_pushes],
-        "topics": [
-            {
-                "topic": topic,
-                "state": worst(faults.state, RED if any(t == topic for t, _ in failed_pushes) else GREEN),
-                **faults.to_json(),
-            }
-            for topic, faults in sorted(tally.by_topic.items())
-        ],
+        "failed_pushes": [{"topic": t, "partition": p} for t, p in failed_pushes[:MAX_FAILED_PUSHES]],
+        "failed_pushes_total": len(failed_pushes),
+        "topics": _topics(tally, failed_pushes),
+        "topics_total": len(tally.by_topic),
         "grid": _grid(partitions, tally),
         "groups": _groups(tally, groups.topic, groups.partition, groups.offset, groups.limit),
         "timeline": timeline(incidents, now_ms, tally.total.first_ms),

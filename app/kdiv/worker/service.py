@@ -146,7 +146,7 @@ class ValidationWorker:
             for t in cluster.topics
             if t.compaction_lag_ms is not None
         }
-        self.recent = RecentIncidents(settings.recent_incidents)
+        self.recent = RecentIncidents(settings.recent_incidents, settings.recent_incidents_bytes)
         # Per incidents-topic partition: the offset `recent` holds every incident before.
         self.incidents_read_to: dict[int, int] = {}
         self.runs = IncidentLog(log, settings.log_incidents)

@@ -4,6 +4,8 @@ reads them all, so each answers for the group itself."""
 
 from __future__ import annotations
 
+import json
+
 from faust.web import Request
 
 from kdiv.div.faults import Verdict
@@ -25,6 +27,11 @@ INCIDENT_CLASSES = tuple(
     )
 )
 SEVERITIES = ("fatal", "warning")
+# The most bytes of items a page holds (each measured as JSON with every non-ASCII character
+# escaped, the longest it can be written): a page ends before the item that would pass it,
+# and always holds one. An incident is at most 256 KiB (kdiv.incident.bounds), so a page of
+# 1,000 of the largest would be 256 MiB.
+MAX_PAGE_BYTES = 4 << 20
 
 
 async def incidents_view(site: Site, request: Request) -> Answer:
@@ -57,12 +64,28 @@ def incidents_page(worker, request: Request) -> dict:
         and (since is None or i.detected_at_ms >= since)
         and (until is None or i.detected_at_ms < until)
     ]
-    page = matching[offset : offset + limit]
+    items = page_within_bytes(matching[offset : offset + limit], MAX_PAGE_BYTES)
+    after = offset + len(items)
     return {
-        "items": [incident_json(i) for i in page],
+        "items": items,
         "total": len(matching),
         "offset": offset,
         "limit": limit,
-        "next_offset": offset + limit if offset + limit < len(matching) else None,
+        "next_offset": after if after < len(matching) else None,
+        "bytes_cut": len(items) < min(limit, max(len(matching) - offset, 0)),
         "read_to": [{"partition": p, "offset": o} for p, o in sorted(worker.incidents_read_to.items())],
     }
+
+
+def page_within_bytes(page: list, max_bytes: int) -> list[dict]:
+    """The items of `page` as the view shows them, as many from the first as `max_bytes` holds
+    (the first always)."""
+    items: list[dict] = []
+    size = 0
+    for incident in page:
+        item = incident_json(incident)
+        size += len(json.dumps(item))
+        if items and size > max_bytes:
+            break
+        items.append(item)
+    return items

@@ -3,7 +3,8 @@
 has read each partition (the view's `read_to`).
 
 The topic's records are untrusted: a record whose value is not an incident is counted
-(`bad_incident_records`) and logged with its place, and reading goes on.
+(`bad_incident_records`) and logged with its place, never held, and reading goes on. What is
+held is bounded by count and by bytes, keys included (`RecentIncidents`).
 """
 
 from __future__ import annotations
@@ -69,4 +70,5 @@ def add_incident(worker, record) -> None:
         worker.stats.bad_incident_records += 1
         log.error("unreadable incident at %s[%d]@%d: %s", record.topic, record.partition, record.offset, bad)
         return
-    worker.recent.add(record.key, incident)
+    # A compacted topic refuses records without a key; b"" stands in should one come.
+    worker.recent.add(record.key or b"", incident, len(record.value))
