@@ -17,7 +17,7 @@ def _row(table: str | None, partition: int = 0) -> RowVerdict:
 
 
 def test_rows_are_counted_by_table_until_the_bound_then_under_other_tables():
-    checks = ChangefeedChecks(ChangefeedSettings(), None)  # type: ignore[arg-type]  # no registry needed
+    checks = ChangefeedChecks(ChangefeedSettings(), None)  # no registry needed
     smile = "\U0001f600"
     names = [f"{n:05}" + smile * 10_000 for n in range(MAX_TABLES + 50)]
     for name in names:
