@@ -345,3 +345,125 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
         await close_quietly(writer)
         worker.terminate()
         restore(cluster)
+
+
+async def _health_status(worker: WorkerProcess) -> str:
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as session,
+            session.get(f"{worker.url}/health") as response,
+        ):
+            return (await response.json())["status"]
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as failed:
+        return f"unanswered: {type(failed).__name__}"
+
+
+async def never_silent(
+    worker: WorkerProcess, topic: str, acked: dict[int, int], seconds: float, bound_s: float
+) -> list:
+    """Probe every second for `seconds`: a partition with acknowledged records not validated,
+    and no record validated for longer than `bound_s`, must be said on /health ("stalled").
+    The silent moments found (empty: none)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    last: dict[int, tuple[int, float]] = {}
+    silent = []
+    while loop.time() < end:
+        now = loop.time()
+        status = await _health_status(worker)
+        for partition in range(PARTITIONS):
+            try:
+                validated = await records_validated(worker, topic, partition)
+            except (aiohttp.ClientError, TimeoutError):
+                validated = last.get(partition, (0, now))[0]
+            seen, since = last.get(partition, (-1, now))
+            if validated != seen:
+                last[partition] = (validated, now)
+                continue
+            behind = acked.get(partition, 0) > validated
+            if behind and now - since > bound_s and status != "stalled":
+                silent.append((round(now - since), partition, validated, acked.get(partition), status))
+        await asyncio.sleep(1)
+    return silent
+
+
+async def write_counting(
+    writer: DivWriter, topic: str, acked: dict[int, int], rate: float, stop: asyncio.Event
+) -> None:
+    """Data records to every partition at `rate`, acks=all; `acked` counts what each partition
+    holds (the START_OF_SEGMENT included), as the worker's validated count does."""
+    i = 0
+    pending: list[tuple[int, asyncio.Future]] = []
+    while not stop.is_set():
+        partition = i % PARTITIONS
+        pending.append((partition, await writer.send(topic, b"v%d" % i, key=b"k%d" % i, partition=partition)))
+        i += 1
+        for partition, future in [p for p in pending if p[1].done()]:
+            if future.exception() is None:
+                acked[partition] = future.result().offset + 1
+        pending = [p for p in pending if not p[1].done()]
+        await asyncio.sleep(1 / rate)
+    for partition, future in pending:
+        acked[partition] = max(acked.get(partition, 0), (await future).offset + 1)
+
+
+@pytest.mark.parametrize("frozen", ["leader", "follower"])
+async def test_a_frozen_node_under_a_running_worker_is_said_or_ridden_out_never_silent(frozen, three_nodes, tmp_path):
+    """The leader of the watched partitions, or a follower under acks=all and
+    min.insync.replicas=2, frozen (SIGSTOP) for 45 s while a worker validates: at no moment
+    does the worker stand still behind acknowledged records for longer than its stall bound
+    without /health saying `stalled`; after SIGCONT it catches up within seconds, and a
+    clean, idempotent acks=all stream gives no incident."""
+    cluster = three_nodes
+    topic = f"frozen-{frozen}-{uuid.uuid4().hex[:8]}"
+    await new_topic(cluster.bootstrap, NewTopic(topic, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"}))
+    worker = worker_for(cluster.bootstrap, topic, tmp_path, web_port=free_port())
+    stall_s = 15
+    worker.extra_env.update(
+        {"KDIV_STALL_S": str(stall_s), "KDIV_BROKER_TIMEOUT_S": "10", "KDIV_COMMIT_TIMEOUT_S": "15"}
+    )
+    writer = await DivWriter.start(cluster.bootstrap, producer_options={"acks": "all", "enable_idempotence": True})
+    acked: dict[int, int] = {}
+    stop = asyncio.Event()
+    writing = None
+    victim = None
+    try:
+        worker.start()
+        await worker.wait_ready()
+        writing = asyncio.create_task(write_counting(writer, topic, acked, 50, stop))
+        await asyncio.sleep(5)
+        leader = await leader_of(cluster.bootstrap, topic, 0)
+        victim = leader if frozen == "leader" else next(n.node_id for n in cluster.nodes if n.node_id != leader)
+        cluster.pause_node(victim)
+        # The probes' margin over the bound: the log ends' poll (5 s), a judgement (1 s), a probe (1 s).
+        silent = await never_silent(worker, topic, acked, 45, stall_s + 8)
+        cluster.resume_node(victim)
+        victim = None
+        assert silent == [], silent
+        stop.set()
+        await writing
+        await writer.end_segments(topic)
+        await writer.close()
+
+        async def caught_up() -> bool:
+            ends = await exact_end_offsets(cluster.bootstrap, topic)
+            validated = [await records_validated(worker, topic, p) for p in range(PARTITIONS)]
+            return validated == [ends[p] for p in range(PARTITIONS)]
+
+        await eventually("the worker validates everything after the thaw", caught_up, timeout=40)
+        await wait_until_caught_up(cluster.bootstrap, worker.app_id, topic, workers=[worker], timeout=60)
+        incidents = await read_incidents(cluster.bootstrap, worker.app_id)
+        assert incidents == {}, latest(incidents)
+        log = worker.log_text()
+        # A stall is one line when it begins and one when it ends, never a flood.
+        assert log.count("validation stalled on") == log.count("validation resumed on") <= PARTITIONS, log[-3000:]
+        assert worker.alive, worker.log_tail()
+    finally:
+        stop.set()
+        if writing is not None and not writing.done():
+            writing.cancel()
+        await close_quietly(writer)
+        if victim is not None:
+            cluster.resume_node(victim)
+        worker.terminate()
+        restore(cluster)

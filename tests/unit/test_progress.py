@@ -25,15 +25,15 @@ def test_lag_is_measured_against_the_log_end_read_not_assumed():
     assert progress.of(KEY, 6 * S).lag == 200
 
 
-def test_the_oldest_unvalidated_record_is_dated_by_the_first_read_past_it():
+def test_the_oldest_unvalidated_record_is_dated_by_the_last_read_before_it():
     progress = _progress()
     progress.starts_at(KEY, 0, 0)
     progress.log_ends({KEY: (0, 0)}, 0)
-    progress.log_ends({KEY: (0, 10)}, 5 * S)  # records 0..9 appended by 5 s
-    progress.log_ends({KEY: (0, 20)}, 10 * S)  # 10..19 by 10 s
-    assert progress.of(KEY, 30 * S).lag_age_ms == 25 * S
+    progress.log_ends({KEY: (0, 10)}, 5 * S)  # records 0..9 appended after 0 s, by 5 s
+    progress.log_ends({KEY: (0, 20)}, 10 * S)  # 10..19 after 5 s, by 10 s
+    assert progress.of(KEY, 30 * S).lag_age_ms == 30 * S  # at most
     progress.validated(KEY, 10, 31 * S)
-    assert progress.of(KEY, 31 * S).lag_age_ms == 21 * S
+    assert progress.of(KEY, 31 * S).lag_age_ms == 26 * S
     progress.validated(KEY, 20, 32 * S)
     measured = progress.of(KEY, 32 * S)
     assert (measured.lag, measured.lag_age_ms) == (0, 0)
@@ -44,15 +44,15 @@ def test_a_backlog_without_progress_for_the_bound_is_a_stall_and_ends_with_progr
     progress.starts_at(KEY, 48, 0)
     progress.starts_at(OTHER, 0, 0)
     progress.log_ends({KEY: (0, 48), OTHER: (0, 0)}, 1 * S)
-    progress.log_ends({KEY: (0, 1248), OTHER: (0, 0)}, 10 * S)
-    assert progress.judge(69 * S) == []  # 59 s since the backlog appeared: not yet
-    changes = progress.judge(70 * S)
-    assert [(c.key, c.began, c.since_ms, c.lag) for c in changes] == [(KEY, True, 10 * S, 1200)]
+    progress.log_ends({KEY: (0, 1248), OTHER: (0, 0)}, 10 * S)  # appended after 1 s
+    assert progress.judge(60 * S) == []  # 59 s since the backlog can have appeared: not yet
+    changes = progress.judge(61 * S)
+    assert [(c.key, c.began, c.since_ms, c.lag) for c in changes] == [(KEY, True, 1 * S, 1200)]
     assert progress.judge(80 * S) == []  # one change, not one per judgement
-    assert [p.stalled_since_ms for p in progress.snapshot(80 * S)] == [10 * S, None]
+    assert [p.stalled_since_ms for p in progress.snapshot(80 * S)] == [1 * S, None]
     progress.validated(KEY, 100, 90 * S)
     ended = progress.judge(91 * S)
-    assert [(c.key, c.began, c.since_ms) for c in ended] == [(KEY, False, 10 * S)]
+    assert [(c.key, c.began, c.since_ms) for c in ended] == [(KEY, False, 1 * S)]
     assert not progress.of(KEY, 91 * S).stalled
 
 
@@ -128,4 +128,23 @@ def test_the_readings_kept_are_bounded_and_the_age_stays_an_upper_bound():
         progress.log_ends({KEY: (0, i)}, i * S)
     part = progress._parts[KEY]
     assert len(part.readings) <= MAX_READINGS + 1
-    assert progress.of(KEY, 5 * MAX_READINGS * S).lag_age_ms == (5 * MAX_READINGS - 1) * S
+    assert progress.of(KEY, 5 * MAX_READINGS * S).lag_age_ms == 5 * MAX_READINGS * S
+
+
+def test_a_backlog_first_seen_after_the_log_ends_were_unreadable_counts_from_before():
+    progress = _progress(stall_s=15)
+    progress.starts_at(KEY, 110, 0)
+    progress.log_ends({KEY: (0, 110)}, 1 * S)  # caught up; then the broker froze
+    progress.log_ends({KEY: (0, 400)}, 31 * S)  # read again: a backlog, appended after 1 s
+    assert [(c.key, c.since_ms) for c in progress.judge(31 * S)] == [(KEY, 1 * S)]
+
+
+def test_seeks_back_again_and_again_are_no_progress_and_do_not_hide_a_stall():
+    progress = _progress(stall_s=15)
+    progress.starts_at(KEY, 110, 0)
+    progress.log_ends({KEY: (0, 400)}, 1 * S)
+    for second in range(2, 30):
+        # A worker rejoining its group: seeks back to its committed offset, reads a little.
+        progress.validated(KEY, 100, second * S)
+        progress.validated(KEY, 110, second * S)
+    assert [c.key for c in progress.judge(30 * S)] == [KEY]

@@ -6,9 +6,10 @@ Pure: the offsets and times are handed in (`kdiv.worker.logends` reads the log e
 the batch path reports what it committed); nothing here reads a clock or the broker.
 
 The oldest unvalidated record's age comes from the log ends' history: the record at the
-validated offset v was appended after the last read that saw the log end at or before v,
-and by the first read that saw it past v. Only the reads that moved the end are kept, and
-only from the one before v on, so the history stays short while the worker keeps up.
+validated offset v was appended after the last read that saw the log end at or before v
+(its age is at most the time since that read: an upper bound, by one poll when the reads
+come every poll). Only the reads that moved the end are kept, and only from the one before
+v on, so the history stays short while the worker keeps up.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ MAX_READINGS = 256
 class _Partition:
     # The next offset to validate: every record before it is validated and committed.
     validated: int | None = None
-    # When `validated` last moved (or the partition was assigned).
+    # The furthest validated offset: only passing it is progress (a seek back and a re-read
+    # of validated records is not). Lowered with a log end below it (the log was truncated).
+    best: int | None = None
+    # When `best` last moved (or the partition was assigned).
     moved_at_ms: int = 0
     log_start: int | None = None
     log_end: int | None = None
@@ -136,25 +140,25 @@ class Progress:
             part.moved_at_ms = now_ms
 
     def validated(self, key: Key, next_offset: int, now_ms: int) -> None:
-        """Every record of `key` before `next_offset` is validated and committed."""
+        """Every record of `key` before `next_offset` is validated and committed. An offset
+        below the last one is where the partition is read again from (a rewind, a seek back to
+        the committed offset after a rebalance), and no progress: a worker that rejoins its
+        group again and again validates nothing new."""
         part = self._parts.get(key)
         if part is None:
             return
-        if part.validated is None or next_offset > part.validated:
-            part.validated = next_offset
+        part.validated = next_offset
+        if part.best is None or next_offset > part.best:
+            part.best = next_offset
             part.moved_at_ms = now_ms
             self._drop_readings_before(part)
-        elif next_offset < part.validated:
-            # Read again from an earlier offset (a rewind, a seek back): that is where it is now.
-            part.validated = next_offset
-            part.moved_at_ms = now_ms
 
     def starts_at(self, key: Key, offset: int | None, now_ms: int) -> None:
         """Where a partition with nothing validated yet starts (its committed offset, or
         None: from its log start)."""
         part = self._parts.get(key)
         if part is not None and part.validated is None and offset is not None:
-            part.validated = offset
+            part.validated = part.best = offset
             part.moved_at_ms = now_ms
 
     def log_ends(self, ends: dict[Key, tuple[int, int]], now_ms: int) -> None:
@@ -173,6 +177,8 @@ class Progress:
                     kept = list(part.readings)
                     part.readings = deque([kept[0], *kept[1:-1:2], kept[-1]])
             part.log_end = end
+            if part.best is not None and end < part.best:
+                part.best = end  # truncated below what was validated: re-validating it is progress
             self._drop_readings_before(part)
 
     def log_ends_failed(self, error: str, now_ms: int) -> None:
@@ -209,24 +215,33 @@ class Progress:
             readings.popleft()
 
     def _lag(self, part: _Partition) -> tuple[int | None, int | None]:
+        """(records not validated, the time after which the oldest of them was appended: the
+        last read that saw the log end at or before it; None when not measured)."""
         v = self._effective(part)
         if v is None or part.log_end is None:
             return None, None
         lag = max(part.log_end - v, 0)
         if lag == 0:
-            return 0, 0
-        appended_by = next((at for at, end in part.readings if end > v), None)
-        return lag, appended_by
+            return 0, None
+        readings = part.readings
+        appended_after = readings[0][0] if readings else None
+        for at, end in readings:
+            if end > v:
+                break
+            appended_after = at
+        return lag, appended_after
 
     def judge(self, now_ms: int) -> list[StallChange]:
         """Mark partitions stalled or not at `now_ms`; the partitions that changed."""
         changes = []
         for key, part in sorted(self._parts.items()):
-            lag, appended_by = self._lag(part)
+            lag, appended_after = self._lag(part)
             stalled_since = None
             if lag:
-                # Stalled from when both held: a backlog, and no progress since.
-                since = max(part.moved_at_ms, appended_by if appended_by is not None else now_ms)
+                # Stalled from when both held: a backlog, and no progress since. The backlog
+                # is dated by the last read before it was seen, so one seen only after the
+                # log ends were unreadable for a while counts from before that.
+                since = max(part.moved_at_ms, appended_after if appended_after is not None else now_ms)
                 if now_ms - since >= self.stall_ms:
                     stalled_since = since
             if stalled_since is not None and part.stalled_since_ms is None:
@@ -252,8 +267,8 @@ class Progress:
         """Every assigned partition's progress, sorted."""
         out = []
         for (topic, partition), part in sorted(self._parts.items()):
-            lag, appended_by = self._lag(part)
-            age = None if lag is None else 0 if lag == 0 else max(now_ms - (appended_by or now_ms), 0)
+            lag, appended_after = self._lag(part)
+            age = None if lag is None else 0 if lag == 0 or appended_after is None else max(now_ms - appended_after, 0)
             out.append(
                 PartitionProgress(topic, partition, part.validated, part.log_end, lag, age, part.stalled_since_ms)
             )
