@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from itertools import accumulate
 from typing import Any
 
@@ -112,13 +113,31 @@ def type_name(value: Any) -> str:
     return "object"
 
 
-def preview(value: bytes | bytearray | memoryview | str, limit: int = PREVIEW_CHARS) -> str:
-    """An outside value as a log line or an error message shows it: its repr, cut after
-    `limit` bytes or characters, with its length when cut (a key of 1 MiB is not a log
-    line of megabytes)."""
+def preview(value: object, limit: int = PREVIEW_CHARS) -> str:
+    """An outside value as a log line or an error message shows it: the repr of bytes or a
+    string cut after `limit` bytes or characters, with its length when cut (a key of 1 MiB is
+    not a log line of megabytes); of an exception, its message (its type when it has none); of anything else (a
+    parsed JSON value), a repr bounded as it is built; those two cut after `limit` characters."""
     if isinstance(value, bytearray | memoryview):
         value = bytes(value)
-    if len(value) <= limit:
-        return repr(value)
-    unit = "characters" if isinstance(value, str) else "bytes"
-    return f"{value[:limit]!r}... ({len(value):,} {unit})"
+    if isinstance(value, bytes | str):
+        if len(value) <= limit:
+            return repr(value)
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit]!r}... ({len(value):,} {unit})"
+    if isinstance(value, BaseException):  # its message, which may quote what it read
+        text = str(value) or type(value).__name__
+        return text if len(text) <= limit else text[:limit] + "..."
+    try:
+        text = _BOUNDED_REPR.repr(value)
+    except ValueError:  # an integer of more digits than Python converts
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# Containers shown a few items deep and wide, strings cut: no repr of megabytes built to be cut.
+_BOUNDED_REPR = reprlib.Repr()
+_BOUNDED_REPR.maxlevel = 3
+_BOUNDED_REPR.maxdict = _BOUNDED_REPR.maxlist = _BOUNDED_REPR.maxtuple = 6
+_BOUNDED_REPR.maxset = _BOUNDED_REPR.maxfrozenset = _BOUNDED_REPR.maxdeque = 6
+_BOUNDED_REPR.maxstring = _BOUNDED_REPR.maxother = _BOUNDED_REPR.maxlong = PREVIEW_CHARS
