@@ -29,8 +29,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "app"))
 from kdiv.untrusted import MAX_DEPTH, UntrustedJSONError, parse_json
 
 DEEP = b"[" * (MAX_DEPTH + 1)  # one level past the bound: refused once counted
-WITHIN = b"[" * (MAX_DEPTH - 1)  # with one array inside: the bound itself
-CLOSE_WITHIN = b"]" * (MAX_DEPTH - 1)
+# MAX_DEPTH levels and one more opening bracket than MAX_DEPTH, so the depth is counted:
+# WITHIN, then the array holding the shape's content after two empty arrays, then CLOSE.
+WITHIN = b"[" * (MAX_DEPTH - 2) + b"[[],[],"
+CLOSE = b"]" * (MAX_DEPTH - 1)
 
 
 def _repeat(piece: bytes, size: int, fixed: int) -> bytes:
@@ -74,20 +76,20 @@ SHAPES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     ),
     "empty-strings": (
         'JSON: ["","",...] at the bound',
-        lambda n: WITHIN + b"[" + _repeat(b'"",', n, 130) + b'""]' + CLOSE_WITHIN,
+        lambda n: WITHIN + _repeat(b'"",', n, 140) + b'""' + CLOSE,
     ),
     "empty-arrays": ("JSON: [[],[],...] (every byte a bracket)", lambda n: b"[" + _repeat(b"[],", n, 4) + b"[]]"),
     "long-string": (
         'JSON: one string of "a" at the bound',
-        lambda n: WITHIN + b'["' + _repeat(b"a", n, 130) + b'"]' + CLOSE_WITHIN,
+        lambda n: WITHIN + b'"' + _repeat(b"a", n, 140) + b'"' + CLOSE,
     ),
     "backslashes": (
         "JSON: one string of escaped backslashes",
-        lambda n: WITHIN + b'["' + _repeat(b"\\\\", n, 130) + b'"]' + CLOSE_WITHIN,
+        lambda n: WITHIN + b'"' + _repeat(b"\\\\", n, 140) + b'"' + CLOSE,
     ),
     "brackets-in-string": (
         "JSON: one string of [{ at the bound",
-        lambda n: WITHIN + b'["' + _repeat(b"[{", n, 130) + b'"]' + CLOSE_WITHIN,
+        lambda n: WITHIN + b'"' + _repeat(b"[{", n, 140) + b'"' + CLOSE,
     ),
     "ticdc-schema": ("JSON: a TiCDC Simple table schema", _ticdc_schema),
 }

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kdiv.untrusted import (
     JSON_STRING,
+    JSON_STRINGS,
     MAX_BYTES,
     MAX_DEPTH,
     UntrustedJSONError,
@@ -188,20 +189,25 @@ def test_valid_json_around_the_bound_parses_exactly_when_it_is_within_it(value, 
 
 @settings(max_examples=500, deadline=None)
 @given(any_input)
-def test_the_depth_scan_reads_each_byte_once(raw):
-    """Linear cost, counted rather than timed: the string pattern matches from every quote,
-    so the scan never fails at a quote and reads on from the next byte (what made unclosed
-    runs of \\" quadratic), and its matches, possessive, tile the strings without overlap."""
+def test_the_depth_scan_reads_each_byte_a_bounded_number_of_times(raw):
+    """Linear cost, counted rather than timed: the string patterns match from every quote, so
+    the scan never fails at a quote and starts again from the next byte (what made unclosed
+    runs of \\" quadratic); their matches, possessive, are disjoint, and what the scan reads
+    past a match is at most the non-bracket bytes up to the next quote or bracket."""
     data = raw.encode() if isinstance(raw, str) else raw
     for at in (i for i, byte in enumerate(data) if byte == 0x22):
         assert JSON_STRING.match(data, at) is not None, f"no match from the quote at {at}"
+        assert JSON_STRINGS.match(data, at) is not None, f"no match from the quote at {at}"
     read = position = 0
     while (quote := data.find(b'"', position)) >= 0:
-        match = JSON_STRING.match(data, quote)
+        match = JSON_STRINGS.match(data, quote)
         assert match is not None
-        read += match.end() - quote
-        position = match.end()
-    assert read <= len(data)
+        end = match.end()
+        # What it read past its end and gave back: bytes that are neither a quote nor a bracket.
+        given_back = len(data[end:]) - len(data[end:].lstrip(bytes(b for b in range(256) if b not in b'"[]{}')))
+        read += end - quote + given_back
+        position = end
+    assert read <= 2 * len(data)
 
 
 def test_the_shapes_once_quadratic_are_counted_right():
