@@ -1,17 +1,19 @@
 """Untrusted JSON: `kdiv.untrusted.parse_json` (depth counted, then parsed) against `json.loads`
 alone on the same input, for the shapes that cost the depth count most.
 
-    python bench/untrusted.py [--sizes 4096,16384,65536,262144,1048576] [--runs 5]
+    python bench/untrusted.py [--sizes 4096,16384,65536,262144,1048576] [--runs 5] [--before]
 
 Each shape is built at each size (bytes), with more than MAX_DEPTH brackets so the depth is
 counted. Some are refused (deeper than MAX_DEPTH, or not JSON), where json.loads stops at the
 first fault; the others are JSON within the bound, which json.loads parses whole. Times are
-the best of --runs, each run repeating the call until it took 20 ms or more.
+the best of --runs, each run repeating the call for 20 ms or more, the two parsers' runs
+interleaved.
 
 Figures: microseconds per call of each, the ratio parse_json/json.loads at each size (what
 the bound costs over parsing alone), and the scaling of parse_json: its time per byte at the
 largest size over its time per byte at the smallest (1.0 is linear; the count before this
-one was quadratic on an unclosed run of \\", 12.7 s at 40 KB).
+one was quadratic on an unclosed run of \\", 12.7 s at 40 KB). --before also times that count
+(`before_parse_json`, kept here) at the sizes up to 16 KB, as before/after.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +36,24 @@ DEEP = b"[" * (MAX_DEPTH + 1)  # one level past the bound: refused once counted
 # WITHIN, then the array holding the shape's content after two empty arrays, then CLOSE.
 WITHIN = b"[" * (MAX_DEPTH - 2) + b"[[],[],"
 CLOSE = b"]" * (MAX_DEPTH - 1)
+
+
+_BEFORE_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BEFORE_BRACKET = re.compile(rb"[\[\]{}]")
+BEFORE_MAX_SIZE = 16_384
+
+
+def before_parse_json(raw: bytes) -> object:
+    """parse_json as it counted the depth before: closed strings cut by a pattern that, at
+    each quote of an unclosed string, reads to the end and fails."""
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        depth = deepest = 0
+        for bracket in _BEFORE_BRACKET.finditer(_BEFORE_STRING.sub(b"", raw)):
+            depth += 1 if bracket.group() in (b"[", b"{") else -1
+            deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            raise UntrustedJSONError(f"JSON nests {deepest} levels deep")
+    return json.loads(raw)
 
 
 def _repeat(piece: bytes, size: int, fixed: int) -> bytes:
@@ -102,22 +123,30 @@ def _call_or_fail(parse: Callable[[bytes], object], raw: bytes) -> None:
         pass
 
 
-def best_seconds_per_call(parse: Callable[[bytes], object], raw: bytes, runs: int) -> float:
+def _calls_for(parse: Callable[[bytes], object], raw: bytes) -> int:
+    """How many calls take 20 ms or more."""
     calls = 1
-    while True:  # calls per run: enough for 20 ms
+    while True:
         start = time.perf_counter()
         for _ in range(calls):
             _call_or_fail(parse, raw)
         if time.perf_counter() - start >= 0.02:
-            break
+            return calls
         calls *= 2
-    best = float("inf")
+
+
+def best_seconds_per_call(parsers: list[Callable[[bytes], object]], raw: bytes, runs: int) -> list[float]:
+    """The best time per call of each parser, their runs interleaved so that a machine busy
+    with something else slows them alike."""
+    calls = [_calls_for(parse, raw) for parse in parsers]
+    best = [float("inf")] * len(parsers)
     for _ in range(runs):
-        gc.collect()
-        start = time.perf_counter()
-        for _ in range(calls):
-            _call_or_fail(parse, raw)
-        best = min(best, (time.perf_counter() - start) / calls)
+        for index, parse in enumerate(parsers):
+            gc.collect()
+            start = time.perf_counter()
+            for _ in range(calls[index]):
+                _call_or_fail(parse, raw)
+            best[index] = min(best[index], (time.perf_counter() - start) / calls[index])
     return best
 
 
@@ -134,6 +163,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="4096,16384,65536,262144,1048576", help="input sizes in bytes")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--shapes", default=",".join(SHAPES), help="which shapes, comma-separated")
+    parser.add_argument(
+        "--before", action="store_true", help=f"also time the count before, up to {BEFORE_MAX_SIZE:,} B"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -145,8 +177,11 @@ def main() -> None:
         per_byte = []  # of the sizes whose depth is counted
         for size in sizes:
             raw = build(size)
-            ours = best_seconds_per_call(parse_json, raw, args.runs)
-            plain = best_seconds_per_call(json.loads, raw, args.runs)
+            before = args.before and len(raw) <= BEFORE_MAX_SIZE
+            parsers: list[Callable[[bytes], object]] = [parse_json, json.loads]
+            if before:
+                parsers.append(before_parse_json)
+            ours, plain, *then = best_seconds_per_call(parsers, raw, args.runs)
             counted = raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
             if counted:
                 per_byte.append(ours / len(raw))
@@ -156,6 +191,8 @@ def main() -> None:
                 f"  {len(raw):>9,} B  parse_json {ours * 1e6:>10.1f}  json.loads {plain * 1e6:>10.1f}"
                 f"  ratio {ratio:>7.2f}  ({outcome(raw)}{'' if counted else '; too few brackets to count'})"
             )
+            if then:
+                print(f"  {'':>9}    before     {then[0] * 1e6:>10.1f}  before/after {then[0] / ours:>9.1f}")
         if len(per_byte) > 1:
             scaling = per_byte[-1] / per_byte[0]
             worst_scaling = max(worst_scaling, scaling)
