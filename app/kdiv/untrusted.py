@@ -38,6 +38,7 @@ JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
 # the bytes after its last string are read twice at most (by it, then by the next search).
 JSON_STRINGS = re.compile(JSON_STRING.pattern + rb'(?:[^"\[\]{}]*+' + JSON_STRING.pattern + rb")*+", re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_CHUNK = 4096
 _NESTING_STEP = [0] * 256
 for _bracket in b"[{":
     _NESTING_STEP[_bracket] = 1
@@ -53,9 +54,24 @@ def nesting_depth(raw: bytes | str) -> int:
     """The deepest nesting of arrays and objects in `raw`, brackets inside strings not
     counted; for malformed input, about as deep as a parser would go before it fails (an
     unclosed string runs to the end). Linear in len(raw)."""
-    brackets = JSON_STRINGS.sub(b"", _utf8(raw)).translate(None, _NOT_BRACKETS)
-    # The deepest level is the largest running sum of +1 per opening and -1 per closing.
-    return max(0, max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0))
+    return _deepest(JSON_STRINGS.sub(b"", _utf8(raw)).translate(None, _NOT_BRACKETS))
+
+
+def _deepest(brackets: bytes) -> int:
+    """The largest running sum of +1 per opening and -1 per closing bracket (0 at least).
+    Chunk by chunk: one that cannot go deeper than before, or only opens, is counted, not
+    summed (an int object per bracket, when a million brackets deep)."""
+    depth = deepest = 0
+    for start in range(0, len(brackets), _DEPTH_CHUNK):
+        chunk = brackets[start : start + _DEPTH_CHUNK]
+        openings = chunk.count(b"[") + chunk.count(b"{")
+        if depth + openings > deepest:
+            if openings == len(chunk):
+                deepest = depth + openings
+            else:
+                deepest = max(deepest, max(accumulate(map(_NESTING_STEP.__getitem__, chunk), initial=depth)))
+        depth += 2 * openings - len(chunk)
+    return deepest
 
 
 def _utf8(raw: bytes | str) -> bytes:

@@ -210,6 +210,19 @@ def test_the_depth_scan_reads_each_byte_a_bounded_number_of_times(raw):
     assert read <= 2 * len(data)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([b"[", b"{", b"]", b"}", b"[]", b'"[{', b'"', b"\\"]), st.integers(1, 6000)),
+        max_size=12,
+    )
+)
+def test_depth_of_long_runs_across_chunks_is_the_state_machines(runs):
+    """Runs of brackets thousands long: chunks that only open, only close, or do both."""
+    raw = b"".join(piece * count for piece, count in runs)
+    assert nesting_depth(raw) == depth_byte_by_byte(raw)
+
+
 def test_the_shapes_once_quadratic_are_counted_right():
     escapes = b"[" * 65 + b'"' + b'\\"' * 20_000  # 40 KB: 12.7 s before, one pass now
     with pytest.raises(UntrustedJSONError, match="^JSON nests 65 levels deep, more than the 64 read$"):
