@@ -7,8 +7,8 @@ before parsing, and every failure is an `UntrustedJSONError` (a ValueError).
 
 The depth is counted in one pass whose cost is linear in the input whatever its shape:
 strings are cut out by `JSON_STRINGS`, which matches from every quote (to the closing quote,
-or to the end of an unclosed string), so the scan never starts again from a byte it has read
-past; what is left but brackets is dropped (bench/untrusted.py).
+or to the end of an unclosed string), so no byte is read more than twice; what is left but
+brackets is dropped, and the brackets summed (bench/untrusted.py).
 
 Pure: no I/O.
 """
