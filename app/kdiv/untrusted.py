@@ -5,6 +5,11 @@ parsed within bounds: a size, a nesting depth, and one error type naming what is
 which no reader catches as a bad input. Here nesting deeper than `MAX_DEPTH` is refused
 before parsing, and every failure is an `UntrustedJSONError` (a ValueError).
 
+The depth is counted in one pass whose cost is linear in the input whatever its shape:
+strings are cut out by `JSON_STRINGS`, which matches from every quote (to the closing quote,
+or to the end of an unclosed string), so no byte is read more than twice; what is left but
+brackets is dropped, and the brackets summed (bench/untrusted.py).
+
 Pure: no I/O.
 """
 
@@ -12,17 +17,33 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
+from itertools import accumulate
 from typing import Any
 
 # Deeper than any JSON kdiv reads (incidents, schemas, TiCDC messages nest a few levels).
 MAX_DEPTH = 64
 # Kafka's default largest record (message.max.bytes) is 1 MiB.
 MAX_BYTES = 1 << 20
+# How much of an outside value a log line or an error message shows (`preview`).
+PREVIEW_CHARS = 80
 
-_STRING_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_STRING_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET_BYTES = re.compile(rb"[\[\]{}]")
-_BRACKET_TEXT = re.compile(r"[\[\]{}]")
+# A JSON string in UTF-8, from its opening quote to its closing one, or to the end of the
+# input when it is not closed (a trailing lone backslash included). It matches wherever a
+# quote is: a pattern of closed strings only fails at each quote of an unclosed run of \"
+# after reading to the end, which is quadratic. Possessive loops: no backtracking.
+JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
+# Strings with what separates them but no bracket (`"a", "b": "c"`): one match, not one
+# each, where a run of strings is long. Its start is a quote, so it matches where a quote is;
+# the bytes after its last string are read twice at most (by it, then by the next search).
+JSON_STRINGS = re.compile(JSON_STRING.pattern + rb'(?:[^"\[\]{}]*+' + JSON_STRING.pattern + rb")*+", re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_CHUNK = 4096
+_NESTING_STEP = [0] * 256
+for _bracket in b"[{":
+    _NESTING_STEP[_bracket] = 1
+for _bracket in b"]}":
+    _NESTING_STEP[_bracket] = -1
 
 
 class UntrustedJSONError(ValueError):
@@ -31,19 +52,38 @@ class UntrustedJSONError(ValueError):
 
 def nesting_depth(raw: bytes | str) -> int:
     """The deepest nesting of arrays and objects in `raw`, brackets inside strings not
-    counted; for malformed input, about as deep as a parser would go before it fails."""
-    if isinstance(raw, str):
-        brackets = [m.group() for m in _BRACKET_TEXT.finditer(_STRING_TEXT.sub("", raw))]
-    else:
-        brackets = [m.group().decode() for m in _BRACKET_BYTES.finditer(_STRING_BYTES.sub(b"", raw))]
+    counted; for malformed input, about as deep as a parser would go before it fails (an
+    unclosed string runs to the end). Linear in len(raw)."""
+    return _deepest(JSON_STRINGS.sub(b"", _utf8(raw)).translate(None, _NOT_BRACKETS))
+
+
+def _deepest(brackets: bytes) -> int:
+    """The largest running sum of +1 per opening and -1 per closing bracket (0 at least).
+    Chunk by chunk: one that cannot go deeper than before, or only opens, is counted, not
+    summed (an int object per bracket, when a million brackets deep)."""
     depth = deepest = 0
-    for bracket in brackets:
-        if bracket in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
+    for start in range(0, len(brackets), _DEPTH_CHUNK):
+        chunk = brackets[start : start + _DEPTH_CHUNK]
+        openings = chunk.count(b"[") + chunk.count(b"{")
+        if depth + openings > deepest:
+            if openings == len(chunk):
+                deepest = depth + openings
+            else:
+                deepest = max(deepest, max(accumulate(map(_NESTING_STEP.__getitem__, chunk), initial=depth)))
+        depth += 2 * openings - len(chunk)
     return deepest
+
+
+def _utf8(raw: bytes | str) -> bytes:
+    """`raw` as UTF-8, where a quote, backslash or bracket byte is always that character
+    (in UTF-16 or UTF-32, which json.loads also takes, it may be half of another)."""
+    if isinstance(raw, str):
+        return raw.encode("utf-8", "surrogatepass")
+    encoding = json.detect_encoding(raw)
+    if encoding.startswith("utf-8"):
+        return raw
+    # What does not decode is not JSON either; json.loads refuses it after this count.
+    return raw.decode(encoding, "replace").encode("utf-8", "surrogatepass")
 
 
 def parse_json(
@@ -92,3 +132,33 @@ def type_name(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
+
+
+def preview(value: object, limit: int = PREVIEW_CHARS) -> str:
+    """An outside value as a log line or an error message shows it: the repr of bytes or a
+    string cut after `limit` bytes or characters, with its length when cut (a key of 1 MiB is
+    not a log line of megabytes); of an exception, its message (its type when it has none); of anything else (a
+    parsed JSON value), a repr bounded as it is built; those two cut after `limit` characters."""
+    if isinstance(value, bytearray | memoryview):
+        value = bytes(value)
+    if isinstance(value, bytes | str):
+        if len(value) <= limit:
+            return repr(value)
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit]!r}... ({len(value):,} {unit})"
+    if isinstance(value, BaseException):  # its message, which may quote what it read
+        text = str(value) or type(value).__name__
+        return text if len(text) <= limit else text[:limit] + "..."
+    try:
+        text = _BOUNDED_REPR.repr(value)
+    except ValueError:  # an integer of more digits than Python converts
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# Containers shown a few items deep and wide, strings cut: no repr of megabytes built to be cut.
+_BOUNDED_REPR = reprlib.Repr()
+_BOUNDED_REPR.maxlevel = 3
+_BOUNDED_REPR.maxdict = _BOUNDED_REPR.maxlist = _BOUNDED_REPR.maxtuple = 6
+_BOUNDED_REPR.maxset = _BOUNDED_REPR.maxfrozenset = _BOUNDED_REPR.maxdeque = 6
+_BOUNDED_REPR.maxstring = _BOUNDED_REPR.maxother = _BOUNDED_REPR.maxlong = PREVIEW_CHARS

@@ -23,7 +23,7 @@ from kdiv.ticdc.avro import AvroChecksumVerifier
 from kdiv.ticdc.checksum import NO_KEY, ChecksumResult, ChecksumVerdict
 from kdiv.ticdc.simple import SimpleChecksumVerifier
 from kdiv.ticdc.timestamps import TimestampMode, parse_timestamp_mode
-from kdiv.untrusted import parse_json
+from kdiv.untrusted import parse_json, preview
 
 AVRO: Final = "avro"
 SIMPLE: Final = "simple"
@@ -84,7 +84,7 @@ class WriterSchemas:
         try:
             self._parsed[schema_id] = fastavro.parse_schema(parse_json(text))
         except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as bad:
-            self._errors[schema_id] = f"schema id {schema_id} is not a usable Avro schema: {bad}"
+            self._errors[schema_id] = f"schema id {schema_id} is not a usable Avro schema: {preview(bad)}"
 
     def get(self, schema_id: int) -> tuple[Any, str | None]:
         """(parsed schema, None) or (None, why it cannot be used)."""
@@ -164,7 +164,7 @@ class ChangefeedVerifier:
         try:
             decoded = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
         except (ValueError, TypeError, EOFError, IndexError, KeyError, UnicodeDecodeError, OverflowError) as bad:
-            return _malformed(f"value does not decode with schema id {schema_id}: {bad!r}", key_columns)
+            return _malformed(f"value does not decode with schema id {schema_id}: {preview(bad)}", key_columns)
         if not isinstance(decoded, Mapping):
             return _malformed(f"value decodes to {type(decoded).__name__} with schema id {schema_id}", key_columns)
         return self._avro.verify(decoded, schema, key=key_columns)

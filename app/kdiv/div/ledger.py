@@ -25,6 +25,7 @@ from kdiv.div.wire import (
     scan_div_header,
     unpack_common,
 )
+from kdiv.untrusted import preview
 
 _SEP = b"|"
 
@@ -58,7 +59,7 @@ def parse_ledger_key(raw: bytes) -> tuple[str, int, bytes]:
     """(topic, partition, record key); ValueError names the key when it is not a ledger key."""
     parts = raw.split(_SEP, 2)
     if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
-        raise ValueError(f"ledger key {raw[:80]!r} is not topic|partition|key")
+        raise ValueError(f"ledger key {preview(raw)} is not topic|partition|key")
     return parts[0].decode(), int(parts[1]), parts[2]
 
 

@@ -13,13 +13,15 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from kdiv.incident.bounds import MAX_INCIDENT_BYTES, over_bound
-from kdiv.untrusted import json_object, type_name
+from kdiv.untrusted import json_object, preview, type_name
 
 # The version of the shape `Incident.to_json` writes; values without the field are version 1.
 INCIDENT_VERSION = 2
 # What the key and version-1 values name a producer-less incident's producer.
 NO_PRODUCER = "-"
 SEVERITIES = ("fatal", "warning")
+# An error names this many of a value's unknown fields, then counts the rest.
+_UNKNOWN_SHOWN = 5
 
 RowKey = tuple[tuple[str, object], ...]
 
@@ -125,10 +127,12 @@ class Incident:
         raw_fields = json_object(value, "incident")
         version = raw_fields.pop("incident_version", 1)
         if version not in (1, INCIDENT_VERSION) or isinstance(version, bool):
-            raise ValueError(f"incident_version is {_shown(version)}, not 1 or {INCIDENT_VERSION}")
+            raise ValueError(f"incident_version is {preview(version)}, not 1 or {INCIDENT_VERSION}")
         unknown = sorted(raw_fields.keys() - _FIELD_TYPES.keys())
         if unknown:
-            raise ValueError(f"incident has unknown field(s) {', '.join(map(repr, unknown))}")
+            shown = ", ".join(map(preview, unknown[:_UNKNOWN_SHOWN]))
+            more = f" and {len(unknown) - _UNKNOWN_SHOWN:,} more" if len(unknown) > _UNKNOWN_SHOWN else ""
+            raise ValueError(f"incident has unknown field(s) {shown}{more}")
         missing = [name for name in _REQUIRED if name not in raw_fields]
         if missing:
             raise ValueError(f"incident lacks field(s) {', '.join(missing)}")
@@ -141,20 +145,20 @@ class Incident:
             elif kind is int:
                 # JSON true is a Python int too; an incident's numbers never are booleans.
                 if not isinstance(raw, int) or isinstance(raw, bool):
-                    raise ValueError(f"incident field {name} is {type_name(raw)} {_shown(raw)}, not an integer")
+                    raise ValueError(f"incident field {name} is {type_name(raw)} {preview(raw)}, not an integer")
                 checked[name] = raw
             elif kind is str:
                 if not isinstance(raw, str):
-                    raise ValueError(f"incident field {name} is {type_name(raw)} {_shown(raw)}, not a string")
+                    raise ValueError(f"incident field {name} is {type_name(raw)} {preview(raw)}, not a string")
                 checked[name] = raw
             elif name == "registered_subjects":
                 if not isinstance(raw, list) or not all(isinstance(s, str) for s in raw):
-                    raise ValueError(f"incident field registered_subjects is {_shown(raw)}, not a list of strings")
+                    raise ValueError(f"incident field registered_subjects is {preview(raw)}, not a list of strings")
                 checked[name] = tuple(raw)
             else:  # row_key: {column: value}, or the [[column, value], ...] pairs version 1 wrote
                 checked[name] = _row_key(raw)
         if checked["severity"] not in SEVERITIES:
-            raise ValueError(f"incident field severity is {_shown(checked['severity'])}, not fatal or warning")
+            raise ValueError(f"incident field severity is {preview(checked['severity'])}, not fatal or warning")
         normalised = _normalised(checked)
         problem = over_bound(normalised)
         if problem is not None:
@@ -179,24 +183,19 @@ def _normalised(checked: dict[str, object]) -> dict[str, object]:
     return checked
 
 
-def _shown(raw: object, limit: int = 40) -> str:
-    text = repr(raw)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def _row_key(raw: object) -> RowKey:
     if isinstance(raw, dict):
         pairs: list = list(raw.items())
     elif isinstance(raw, list):
         pairs = raw
     else:
-        raise ValueError(f"incident field row_key is {type_name(raw)} {_shown(raw)}, not an object")
+        raise ValueError(f"incident field row_key is {type_name(raw)} {preview(raw)}, not an object")
     row_key = []
     for pair in pairs:
         if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)):
-            raise ValueError(f"incident field row_key holds {_shown(pair)}, not a column and its value")
+            raise ValueError(f"incident field row_key holds {preview(pair)}, not a column and its value")
         if not isinstance(pair[1], str | int | float | bool | None):
-            raise ValueError(f"incident field row_key's column {pair[0]!r} is {type_name(pair[1])}, not a value")
+            raise ValueError(f"incident field row_key's column {preview(pair[0])} is {type_name(pair[1])}, not a value")
         row_key.append((pair[0], pair[1]))
     return tuple(row_key)
 

@@ -29,6 +29,7 @@ from kdiv.div.validator import PartitionValidation
 from kdiv.state.codec import StateDecodeError
 from kdiv.state.framing import FramingError, unframe
 from kdiv.state.tables import parse_key
+from kdiv.untrusted import preview
 
 PARTITION = "partition"
 PRODUCER = "producer"
@@ -167,7 +168,7 @@ def _decode_row(entry: dict, values, usable: set[int]) -> dict:
             entry,
             key=raw_key,
             schema_id=schema_id,
-            error=f"key {raw_key!r} holds a {type(state).__name__}, not what the key names",
+            error=f"key {preview(raw_key)} holds a {type(state).__name__}, not what the key names",
         )
     except (StateDecodeError, ValueError) as bad:
         return _row(UNREADABLE, entry, key=raw_key, schema_id=schema_id, error=str(bad))

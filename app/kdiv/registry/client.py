@@ -32,6 +32,7 @@ from confluent_kafka.schema_registry import (
 
 from kdiv.config.redact import redacted, split_userinfo
 from kdiv.config.settings import RegistrySettings
+from kdiv.untrusted import preview
 
 STRATEGIES = {
     "topic": topic_subject_name_strategy,
@@ -128,7 +129,9 @@ class SchemaRegistry:
         )
         pairs = [(getattr(item, "subject", None), getattr(item, "version", None)) for item in found or ()]
         if not all(isinstance(subject, str) and isinstance(version, int) for subject, version in pairs):
-            raise RegistryUnavailable(f"{self.url}: subjects of schema id {schema_id}: malformed answer {pairs!r}")
+            raise RegistryUnavailable(
+                f"{self.url}: subjects of schema id {schema_id}: malformed answer {preview(pairs)}"
+            )
         return [SubjectVersion(cast(str, subject), cast(int, version)) for subject, version in pairs]
 
     async def register_id_under(self, schema_id: int, subject: str) -> int:
@@ -154,5 +157,5 @@ class SchemaRegistry:
             raise RegistryUnavailable(f"{self.url}: cannot {what}: {type(error).__name__}: {error}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             # A 2xx whose body is not the JSON the API defines (json errors are ValueErrors).
-            raise RegistryUnavailable(f"{self.url}: cannot {what}: malformed answer: {error!r}") from None
+            raise RegistryUnavailable(f"{self.url}: cannot {what}: malformed answer: {preview(error)}") from None
         return answer

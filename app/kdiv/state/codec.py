@@ -23,6 +23,7 @@ from kdiv.div.ledger import PACKED_SIZE, KeyValidation, pack_key_validation, unp
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
 from kdiv.div.wire import ChecksumType
+from kdiv.untrusted import preview
 
 _PRODUCER_STATE = {
     "type": "record",
@@ -192,7 +193,7 @@ def decode_state(body: bytes, writer_schema=STATE_SCHEMA) -> Segment | Partition
             io.BytesIO(body), writer_schema, STATE_SCHEMA, return_record_name=True
         )
     except Exception as bad:  # fastavro raises several types for truncated or garbled bodies
-        raise StateDecodeError(f"state value does not decode: {bad!r}") from bad
+        raise StateDecodeError(f"state value does not decode: {preview(bad)}") from bad
     # The reader schema is a union of named records: (record name, fields).
     name, fields = decoded
     if name == PRODUCER_STATE_NAME:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kdiv.state.codec import StateDecodeError
+from kdiv.untrusted import preview
 
 
 class _Topic(Protocol):
@@ -90,4 +91,4 @@ def parse_key(key: bytes) -> StateKey:
             return StateKey(topic, int(partition), bytes.fromhex(rest[0]))
     except (UnicodeDecodeError, ValueError):
         pass
-    raise StateDecodeError(f"state key {key!r} is neither p|topic|partition nor s|topic|partition|guid")
+    raise StateDecodeError(f"state key {preview(key)} is neither p|topic|partition nor s|topic|partition|guid")

@@ -28,6 +28,7 @@ from kdiv.state.codec import (
     encode_segment,
 )
 from kdiv.state.framing import FramingError, frame, unframe
+from kdiv.untrusted import parse_json, preview
 
 _LOCAL_WRITERS: dict[int, object] = {
     schema_id: fastavro.parse_schema(json.loads(text)) for schema_id, text in LOCAL_STATE_SCHEMAS.items()
@@ -68,9 +69,9 @@ class StateValues:
     def add_writer_schema(self, schema_id: int, schema_text: str) -> None:
         """Learn a schema fetched from the registry; StateDecodeError if it is not Avro."""
         try:
-            self._writers[schema_id] = fastavro.parse_schema(json.loads(schema_text))
+            self._writers[schema_id] = fastavro.parse_schema(parse_json(schema_text))
         except Exception as bad:  # noqa: BLE001 - json and fastavro raise several types
-            raise StateDecodeError(f"schema id {schema_id} is not a usable Avro schema: {bad!r}") from None
+            raise StateDecodeError(f"schema id {schema_id} is not a usable Avro schema: {preview(bad)}") from None
 
     def encode(self, state: Segment | PartitionValidation | KeyValidation) -> bytes:
         if isinstance(state, Segment):

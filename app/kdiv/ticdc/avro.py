@@ -46,7 +46,7 @@ from kdiv.ticdc.checksum import (
     parse_expected,
 )
 from kdiv.ticdc.timestamps import TimestampMode, UtcRenderings, is_utc, load_zone, parse_timestamp_mode
-from kdiv.untrusted import UntrustedJSONError, parse_json
+from kdiv.untrusted import UntrustedJSONError, parse_json, preview
 
 OP_FIELD: Final = "_tidb_op"
 COMMIT_TS_FIELD: Final = "_tidb_commit_ts"
@@ -185,7 +185,7 @@ class AvroChecksumVerifier:
             try:
                 columns.append(self._column(name, avro_field.get("type")))
             except ValueError as bad:
-                return AvroRowPlan(table, (), f"column {name!r}: {bad}")
+                return AvroRowPlan(table, (), f"column {preview(name)}: {bad}")
         return AvroRowPlan(table, columns)
 
     def _column(self, name: str, field_type: object) -> AvroColumn:
@@ -200,14 +200,16 @@ class AvroChecksumVerifier:
                     "DECIMAL sent as an Avro decimal (avro-decimal-handling-mode=precise) cannot be verified: "
                     "TiCDC hashes its text"
                 )
-            raise ValueError(f"unexpected logicalType {logical_type!r} for {tidb_type}")
+            raise ValueError(f"unexpected logicalType {preview(logical_type)} for {preview(tidb_type)}")
         if kind == "TIMESTAMP" and avro_type == "string":
             if self._renderings is None:
                 return AvroColumn(name, tidb_type, encode_text, nullable)
             return AvroColumn(name, tidb_type, self._renderings.__getitem__, nullable, self._renderings)
         encode = _encoder(kind, avro_type, parameters)
         if encode is None:
-            raise ValueError(f"tidb_type {tidb_type!r} with Avro type {avro_type!r} is not a TiCDC column")
+            raise ValueError(
+                f"tidb_type {preview(tidb_type)} with Avro type {preview(avro_type)} is not a TiCDC column"
+            )
         return AvroColumn(name, tidb_type, encode, nullable)
 
     def checksum(self, value: Mapping[str, Any], writer_schema: Mapping[str, Any] | str) -> int:
@@ -271,7 +273,10 @@ class AvroChecksumVerifier:
             expected = int(raw_expected)
             if expected > UINT32_MAX:
                 return _malformed(
-                    f"{CHECKSUM_FIELD} {raw_expected!r} is outside the uint32 range", table, key_columns, commit_ts
+                    f"{CHECKSUM_FIELD} {preview(raw_expected)} is outside the uint32 range",
+                    table,
+                    key_columns,
+                    commit_ts,
                 )
         else:
             try:
@@ -369,16 +374,16 @@ def _diagnose(plan: AvroRowPlan, value: Mapping[str, Any]) -> str:
     # The slow path after an encoder raised: find the first column that cannot be encoded.
     for column in plan.columns:
         if column.name not in value:
-            return f"column {column.name!r} ({column.tidb_type}) is missing from the value record"
+            return f"column {preview(column.name)} ({column.tidb_type}) is missing from the value record"
         item = value[column.name]
         if item is None:
             if column.nullable:
                 continue
-            return f"column {column.name!r} ({column.tidb_type}) is NULL but its schema type is not nullable"
+            return f"column {preview(column.name)} ({column.tidb_type}) is NULL but its schema type is not nullable"
         try:
             column.encode(item)
         except BAD_VALUE_ERRORS as bad:
-            return f"column {column.name!r} ({column.tidb_type}): cannot hash {describe_value(item)}: {bad}"
+            return f"column {preview(column.name)} ({column.tidb_type}): cannot hash {describe_value(item)}: {preview(bad)}"
     return "the value record cannot be hashed"
 
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final
 
+from kdiv.untrusted import preview
+
 Encoder = Callable[[Any], bytes]
 
 UINT32_MAX: Final = (1 << 32) - 1
@@ -196,7 +198,7 @@ def encode_integer(value: int) -> bytes:
 def encode_unsigned_text(value: str) -> bytes:
     """BIGINT UNSIGNED sent as base-10 digits (Avro string mode)."""
     if not (value.isdigit() and value.isascii()):
-        raise ValueError(f"not base-10 digits: {value!r}")
+        raise ValueError(f"not base-10 digits: {preview(value)}")
     return _pack_uint64(int(value))
 
 
@@ -210,7 +212,7 @@ def encode_unsigned_long(value: int) -> bytes:
 def encode_integer_text(value: str) -> bytes:
     """An integer sent as decimal text (`"-128"`, `"18446744073709551615"`)."""
     if _SIGNED_DECIMAL.fullmatch(value) is None:
-        raise ValueError(f"not a base-10 integer: {value!r}")
+        raise ValueError(f"not a base-10 integer: {preview(value)}")
     return encode_integer(int(value))
 
 
@@ -256,7 +258,7 @@ def _parse_float(text: str) -> float:
     if text.__class__ is not str:
         raise TypeError(f"expected text, got {type(text).__name__}")
     if not text.isascii() or "_" in text or text != text.strip():
-        raise ValueError(f"not a number: {text!r}")
+        raise ValueError(f"not a number: {preview(text)}")
     return float(text)
 
 
@@ -347,7 +349,7 @@ class EnumIndex(dict[str, bytes]):
         listed = _as_listed(name)
         if listed != name and listed in self:
             return self[listed]
-        raise ValueError(f"{name!r} is not a member of ENUM({', '.join(map(repr, self.members))})")
+        raise ValueError(f"{preview(name)} is not a member of ENUM({', '.join(map(repr, self.members))})")
 
 
 # Distinct SET values memoised per column.
@@ -376,7 +378,7 @@ class SetMask(dict[str, bytes]):
                 if bit is None:
                     bit = self.bits.get(_as_listed(name))
                 if bit is None:
-                    raise ValueError(f"{name!r} is not a member of SET({', '.join(map(repr, self.members))})")
+                    raise ValueError(f"{preview(name)} is not a member of SET({', '.join(map(repr, self.members))})")
                 mask |= bit
         encoded = _pack_uint64(mask)
         if len(self) < _SET_MEMO_LIMIT:
@@ -388,7 +390,7 @@ def encode_vector_text(value: str) -> bytes:
     """A VECTOR sent as text (`"[1,2.5]"`): element count, then each element as float32."""
     text = value.strip()
     if not (text.startswith("[") and text.endswith("]")):
-        raise ValueError(f"not a vector text '[x,y,...]': {value!r}")
+        raise ValueError(f"not a vector text '[x,y,...]': {preview(value)}")
     body = text[1:-1].strip()
     elements = [_parse_float(item.strip()) for item in body.split(",")] if body else []
     count = len(elements)
@@ -409,12 +411,12 @@ def parse_expected(value: object) -> int | None:
         return None
     if isinstance(value, str):
         if not (value.isdigit() and value.isascii()):
-            raise ValueError(f"checksum {value!r} is not a decimal uint32")
+            raise ValueError(f"checksum {preview(value)} is not a decimal uint32")
         number = int(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:
-        raise ValueError(f"checksum {value!r} is not a decimal uint32")
+        raise ValueError(f"checksum {preview(value)} is not a decimal uint32")
     if not 0 <= number <= UINT32_MAX:
         raise ValueError(f"checksum {number} is outside the uint32 range")
     return number
@@ -422,5 +424,4 @@ def parse_expected(value: object) -> int | None:
 
 def describe_value(value: object, limit: int = 60) -> str:
     """A short repr of a column value for a detail line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return preview(value, limit)

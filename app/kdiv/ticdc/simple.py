@@ -52,7 +52,7 @@ from kdiv.ticdc.timestamps import (
     load_zone,
     parse_timestamp_mode,
 )
-from kdiv.untrusted import UntrustedJSONError, parse_json
+from kdiv.untrusted import PREVIEW_CHARS, UntrustedJSONError, parse_json, preview
 
 DML_TYPES: Final = frozenset({"INSERT", "UPDATE", "DELETE"})
 _DEFAULT_MAX_PENDING = 10_000
@@ -325,7 +325,10 @@ class SimpleChecksumVerifier:
             encode = _encoder(kind)
             if encode is None:
                 return SimpleTablePlan(
-                    database, table, version, error=f"column {name!r}: unsupported mysqlType {mysql_type!r}"
+                    database,
+                    table,
+                    version,
+                    error=f"column {preview(name)}: unsupported mysqlType {preview(mysql_type)}",
                 )
             columns.append(SimpleColumn(name, mysql_type, encode, False))
         return SimpleTablePlan(database, table, version, columns, _key_names(table_schema.get("indexes")))
@@ -651,7 +654,8 @@ def _diagnose(plan: SimpleTablePlan, row: Mapping[str, Any], row_field: str) -> 
         try:
             column.encode(value)
         except BAD_VALUE_ERRORS as bad:
-            return f"{row_field}.{column.name} ({column.mysql_type}): cannot hash {describe_value(value)}: {bad}"
+            name = column.name if len(column.name) <= PREVIEW_CHARS else preview(column.name)
+            return f"{row_field}.{name} ({column.mysql_type}): cannot hash {describe_value(value)}: {preview(bad)}"
     return f"{row_field!r} cannot be hashed"
 
 

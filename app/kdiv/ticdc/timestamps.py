@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
 
+from kdiv.untrusted import preview
+
 _ZERO_WALL_CLOCK = "0000-00-00 00:00:00"
 # Zone names TiCDC resolves to its host's zone (`pkg/util/tz.go`); the verifier's setting stands in.
 _HOST_ZONE_NAMES = frozenset({"", "system", "local"})
@@ -69,7 +71,7 @@ def _wall_clock(text: str) -> datetime:
         or not (text[:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:]).isdigit()
         or not text.isascii()
     ):
-        raise ValueError(f"not a TIMESTAMP text 'YYYY-MM-DD HH:MM:SS[.fraction]': {text!r}")
+        raise ValueError(f"not a TIMESTAMP text 'YYYY-MM-DD HH:MM:SS[.fraction]': {preview(text)}")
     return datetime(
         int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]), int(text[14:16]), int(text[17:19])
     )
@@ -111,14 +113,14 @@ def utc_readings(text: str, zone: ZoneInfo) -> tuple[str, ...]:
     """
     wall_text, dot, fraction = text.partition(".")
     if dot and not (fraction.isdigit() and fraction.isascii()):
-        raise ValueError(f"not a TIMESTAMP fraction: {text!r}")
+        raise ValueError(f"not a TIMESTAMP fraction: {preview(text)}")
     if wall_text == _ZERO_WALL_CLOCK:
         return (text,)
     wall = _wall_clock(wall_text)
     try:
         readings = _readings(wall, zone)
     except OverflowError:
-        raise ValueError(f"TIMESTAMP {text!r} in {zone.key} is outside the representable range") from None
+        raise ValueError(f"TIMESTAMP {preview(text)} in {zone.key} is outside the representable range") from None
     suffix = dot + fraction
     return tuple(_render(instant) + suffix for instant in readings)
 

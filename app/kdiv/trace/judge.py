@@ -41,6 +41,7 @@ from typing import Any
 
 from kdiv.trace.header import TRACE_ID_SIZE
 from kdiv.trace.routes import Route
+from kdiv.untrusted import preview
 
 # A record's position: (topic, partition, offset).
 Where = tuple[str, int, int]
@@ -313,11 +314,13 @@ def state_key(route: str, trace_id: bytes) -> bytes:
 # -- verdicts ------------------------------------------------------------------------------
 
 CommittedLookup = Callable[[str, str, int], int | None]
+_TOPIC_NAME_MAX = 249
 
 
 def _text(where: Where) -> str:
     topic, partition, offset = where
-    return f"{topic}[{partition}]@{offset}"
+    # An observation's topic is read from the record: as long as a topic name can be, or cut.
+    return f"{topic if len(topic) <= _TOPIC_NAME_MAX else preview(topic)}[{partition}]@{offset}"
 
 
 def _head(route: Route, trace_id: bytes) -> str:
@@ -521,7 +524,9 @@ class TraceJudge:
     def _route_of(self, name: str, what: str) -> Route:
         route = self._routes.get(name)
         if route is None:
-            raise ObservationError(f"{what}: route {name!r} is not configured ({', '.join(self._routes) or 'none'})")
+            raise ObservationError(
+                f"{what}: route {preview(name)} is not configured ({', '.join(self._routes) or 'none'})"
+            )
         return route
 
     def observe(self, obs: Observation, now_ms: int) -> bool:
@@ -581,10 +586,10 @@ class TraceJudge:
         route = self._route_of(obs.route, what)
         stage = route.stage_of(obs.topic)
         if stage is None:
-            return ObservationError(f"{what}: topic {obs.topic!r} is not on route {route.name!r}")
+            return ObservationError(f"{what}: topic {preview(obs.topic)} is not on route {route.name!r}")
         if stage != obs.stage:
             return ObservationError(
-                f"{what}: topic {obs.topic!r} is stage {stage} of route {route.name!r}, not {obs.stage} "
+                f"{what}: topic {preview(obs.topic)} is stage {stage} of route {route.name!r}, not {obs.stage} "
                 "(was the route changed?)"
             )
         return ObservationError(f"{what}: the trace id is {len(obs.trace_id)} bytes, not {TRACE_ID_SIZE}")
@@ -849,13 +854,17 @@ def judge_at_rest(
         where = (obs.topic, obs.partition, obs.offset)
         route = by_name.get(obs.route)
         if route is None:
-            raise ObservationError(f"observation {_text(where)}: route {obs.route!r} is not among the routes judged")
+            raise ObservationError(
+                f"observation {_text(where)}: route {preview(obs.route)} is not among the routes judged"
+            )
         stage = route.stage_of(obs.topic)
         if stage is None:
-            raise ObservationError(f"observation {_text(where)}: topic {obs.topic!r} is not on route {route.name!r}")
+            raise ObservationError(
+                f"observation {_text(where)}: topic {preview(obs.topic)} is not on route {route.name!r}"
+            )
         if stage != obs.stage:
             raise ObservationError(
-                f"observation {_text(where)}: topic {obs.topic!r} is stage {stage} of route {route.name!r}, not {obs.stage}"
+                f"observation {_text(where)}: topic {preview(obs.topic)} is stage {stage} of route {route.name!r}, not {obs.stage}"
             )
         state = states.get((obs.route, obs.trace_id))
         if state is None:

@@ -33,6 +33,7 @@ from kdiv.trace.judge import (
     state_key,
 )
 from kdiv.trace.routes import Route, stage_map
+from kdiv.untrusted import preview
 
 log = logging.getLogger("kdiv.worker.audit")
 
@@ -74,12 +75,16 @@ def decode_observation(raw: bytes) -> Observation:
     if names is None:
         (route_length,) = struct.unpack_from(">H", tail)
         names = tail[2 : 2 + route_length].decode(), tail[2 + route_length :].decode()
-        if len(_NAMES) < 1024:
+        if len(_NAMES) < _NAMES_KEPT and len(tail) <= _NAMES_TAIL_KEPT:
             _NAMES[tail] = names
     return Observation(trace_id, names[0], stage, names[1], partition, offset, timestamp, origin)
 
 
 _NAMES: dict[bytes, tuple[str, str]] = {}
+# At most this many, each of a route and a topic name a worker could have (a topic name is at
+# most 249 characters): an observation of a megabyte of name is decoded, never kept.
+_NAMES_KEPT = 1024
+_NAMES_TAIL_KEPT = 1024
 
 
 def observation_partition(key: bytes, partitions: Sequence[int]) -> int:
@@ -250,13 +255,15 @@ class PipelineAudit:
                 route, trace_id = _split_state_key(key[len(prefix) :])
             except ValueError as bad:
                 self.bad_observations += 1
-                log.error("unreadable trace state %r in the traces table: %s; that trace starts afresh", key, bad)
+                log.error(
+                    "unreadable trace state %s in the traces table: %s; that trace starts afresh", preview(key), bad
+                )
                 continue
             try:
                 judge.load(route, trace_id, state)
             except ObservationError as bad:
                 self.bad_observations += 1
-                log.error("saved trace %r not loaded: %s", key, bad)
+                log.error("saved trace %s not loaded: %s", preview(key), bad)
                 continue
             loaded += 1
         judge.take_changed()  # loaded, not changed
@@ -334,5 +341,5 @@ class PipelineAudit:
 def _split_state_key(key: bytes) -> tuple[str, bytes]:
     """(route, trace id) of a `state_key`: the route's name, a zero byte, 16 id bytes."""
     if len(key) < 18 or key[-17] != 0:
-        raise ValueError(f"trace key {key!r} is not a route name, a zero byte and a 16-byte trace id")
+        raise ValueError(f"trace key {preview(key)} is not a route name, a zero byte and a 16-byte trace id")
     return key[:-17].decode(), key[-16:]

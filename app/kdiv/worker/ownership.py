@@ -15,6 +15,7 @@ from faust.types import TP
 
 from kdiv.kafka.discovery import ClusterView
 from kdiv.state.tables import table_name
+from kdiv.untrusted import preview
 from kdiv.worker.live import LiveValidation
 
 log = logging.getLogger("kdiv.worker")
@@ -74,8 +75,8 @@ class Ownership:
             self.load_errors_seen += len(self.live.load_errors)
             for error in self.live.load_errors:
                 log.error(
-                    "unreadable state %r in table %s: %s; that producer starts afresh",
-                    error.key,
+                    "unreadable state %s in table %s: %s; that producer starts afresh",
+                    preview(error.key),
                     table_name(n),
                     error.reason,
                 )

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 from yarl import URL
 
+from kdiv.worker.nonces import MAX_SPENT_NONCES, SpentNonces
 from kdiv.worker.webguard import clipped
+
+log = logging.getLogger(__name__)
 
 # Liveness/readiness probes and Prometheus scrapes; neither reveals record contents.
 # /health/ and /metrics/ only redirect; /ui/ is the dashboard page, which holds no data:
@@ -91,12 +95,22 @@ def answer_is_signed(token: str, request_sig: str, status: int, body: bytes, hea
 class SignedRequests:
     """Checks peers' signed requests: the signature, the time window, and each nonce once."""
 
-    def __init__(self, token: str, own_origin: URL, window_ms: int = PEER_WINDOW_MS) -> None:
+    def __init__(
+        self,
+        token: str,
+        own_origin: URL,
+        window_ms: int = PEER_WINDOW_MS,
+        *,
+        max_nonces: int = MAX_SPENT_NONCES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.token = token
         self.own_origin = own_origin
         self.window_ms = window_ms
-        # nonce -> when it may be forgotten (the request's time has left the window by then).
-        self._seen: dict[str, int] = {}
+        self._clock = clock
+        # Only valid signed requests take a nonce, so this holds a window's worth of them.
+        self._spent = SpentNonces(max_nonces)
+        self._full_logged_ms: int | None = None
 
     def check(self, method: str, raw_path_qs: str, headers: Mapping[str, str], body: bytes) -> str | None:
         """The request's signature when it is a valid, fresh, first-seen signed request;
@@ -117,20 +131,26 @@ class SignedRequests:
         expected = request_signature(self.token, method, target, at_ms, nonce, body)
         if not hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
             return None
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self._clock() * 1000)
         if abs(now_ms - at_ms) > self.window_ms:
             return None
-        self._forget_expired(now_ms)
-        if nonce in self._seen:
+        if not self._spent.take(nonce, at_ms + self.window_ms, now_ms):
+            self._log_if_full(now_ms)
             return None
-        self._seen[nonce] = at_ms + self.window_ms
         return expected
 
-    def _forget_expired(self, now_ms: int) -> None:
-        # Only valid signed requests are remembered, so this holds a window's worth of them.
-        expired = [nonce for nonce, until in self._seen.items() if until < now_ms]
-        for nonce in expired:
-            del self._seen[nonce]
+    def _log_if_full(self, now_ms: int) -> None:
+        # Once a window at most: peers asking this fast would otherwise log as fast.
+        if not self._spent.full(now_ms):
+            return
+        if self._full_logged_ms is None or now_ms - self._full_logged_ms > self.window_ms:
+            self._full_logged_ms = now_ms
+            log.warning(
+                "the nonces of %d signed peer requests of the last %d s are kept, the most kept: "
+                "more signed requests are refused (401) until theirs expire",
+                self._spent.capacity,
+                2 * self.window_ms // 1000,
+            )
 
 
 def _is_hex(text: str) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from faust.types import TP
 
 from kdiv.kafka.produce import track_topic as track_producer_topic
+from kdiv.untrusted import preview
 
 
 def changelog_highwater(app: Any, tp: TP) -> int | None:
@@ -85,7 +86,7 @@ async def send_counted_batches(
             sent.append((await producer.send_batch(batch, topic, partition=partition), count))
             batch = producer.create_batch()
             if batch.append(key=key, value=value, timestamp=None) is None:
-                raise ValueError(f"a record for {topic}[{partition}] is larger than a whole batch (key {key[:80]!r})")
+                raise ValueError(f"a record for {topic}[{partition}] is larger than a whole batch (key {preview(key)})")
     count = batch.record_count()
     if count:
         sent.append((await producer.send_batch(batch, topic, partition=partition), count))
