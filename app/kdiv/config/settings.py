@@ -296,6 +296,9 @@ class Settings:
     # Where the nightly reconciliation writes its runs (`kdiv reconcile --out`): the views
     # serve the latest run's summary when set.
     reconcile_reports: Path | None = None
+    # The nightly job reports records past the worker's committed offsets older than this
+    # (written this long before it read the offsets) as NOT_VALIDATED; newer ones are lag.
+    unvalidated_after_s: float = 300.0
     changefeeds: ChangefeedSettings = field(default_factory=ChangefeedSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
 
@@ -361,6 +364,7 @@ class Settings:
             schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
             schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
             reconcile_reports=Path(env.str("RECONCILE_REPORTS", "")) if env.str("RECONCILE_REPORTS", "") else None,
+            unvalidated_after_s=env.float("UNVALIDATED_AFTER_S", cls.unvalidated_after_s),
             changefeeds=changefeeds,
             audit=audit,
         )
