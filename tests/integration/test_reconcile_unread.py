@@ -45,6 +45,7 @@ def reconcile(spark, bootstrap, registry_url, app_id, topics, out: Path, *extra:
     lines: list[str] = []
     run = Reconciliation(args, settings_from(args, env or {}), spark, lambda m, err=False: lines.append(m))
     code, report = run.run()
+    assert report is not None
     return code, report, json.loads((report / "summary.json").read_text()), lines
 
 
@@ -144,6 +145,10 @@ async def test_records_deleted_between_the_snapshot_and_the_read_are_reported_no
     code, first, summary, _ = reconcile(spark, bootstrap, registry_url, app_id, [topic], tmp_path / "first")
     assert (code, summary["vanished"]) == (0, []), summary
     planned = summary["records_read"][topic]
+    # Whose records: the cluster and the topic's incarnation, in the summary and on the page.
+    assert isinstance(summary["cluster_id"], str) and summary["cluster_id"], summary
+    assert isinstance(summary["topic_ids"][topic], str) and summary["topic_ids"][topic], summary
+    assert summary["cluster_id"] in (first / "report.html").read_text()
 
     # The seam: the snapshot is taken (first run), records are deleted, the job reads them.
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)

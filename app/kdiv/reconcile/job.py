@@ -203,6 +203,9 @@ class Reconciliation:
             committed = self._route_offsets(partitions)
             worker_offsets = self._worker_offsets(partitions)
             snapshot = self._snapshot(changelogs, topics, needs_changelogs=needs_changelogs)
+            # Whose records these are: a report read later (the dashboard) tells another
+            # cluster's, or a recreated topic's, from the current one's by these.
+            summary.update(self._identity(topics))
             if not needs_changelogs and not set(changelogs) & set(snapshot.topics):
                 # No worker ran: its tables, which the DIV comparisons need, do not exist.
                 div_topics, compacted = [], []
@@ -447,6 +450,22 @@ class Reconciliation:
                 err=True,
             )
         return found
+
+    def _identity(self, topics: list[str]) -> dict:
+        """summary's cluster_id (None from a broker that gives none) and topic_ids {topic: id}
+        of the topics read that have one."""
+        from confluent_kafka import KafkaException
+
+        from kdiv.kafka.tansu import fetch_cluster_id
+        from kdiv.kafka.topicids import TopicIds
+
+        cluster_id = run_in_own_loop(fetch_cluster_id(self.settings.bootstrap, self.settings.kafka_security))
+        try:
+            topic_ids = TopicIds(self.settings).describe(topics)
+        except KafkaException as unanswered:  # the findings stand without them; the report then names none
+            log.warning("could not read the topic ids: %s", unanswered)
+            topic_ids = {}
+        return {"cluster_id": cluster_id, "topic_ids": topic_ids}
 
     def _worker_offsets(self, partitions: dict[str, int]):
         """The worker group's committed offsets: read now, before the snapshot, or the ones

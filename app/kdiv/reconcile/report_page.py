@@ -145,12 +145,18 @@ def _run_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     topics = run_topics(summary)
     rows = [
         ("Status", escaped(summary.get("status", "—"))),
+        ("Cluster", f"<code>{escaped(summary['cluster_id'])}</code>" if summary.get("cluster_id") else "—"),
         ("Snapshot taken", escaped(utc_time(snapshot.get("taken_at_ms")))),
         ("Finished", escaped(utc_time(summary.get("finished_at_ms")))),
         ("Duration", escaped(duration(summary.get("duration_s")))),
         ("Topics", f"{len(topics):,}: " + ", ".join(f"<code>{escaped(t)}</code>" for t in topics) if topics else "—"),
         ("Records read", escaped(number(sum(records_read.values())) if records_read else "—")),
     ]
+    topic_ids = summary.get("topic_ids") or {}
+    if topic_ids:
+        rows.append(
+            ("Topic ids", ", ".join(f"<code>{escaped(t)}</code> {escaped(i)}" for t, i in sorted(topic_ids.items())))
+        )
     if "exit_code" in summary:
         rows.append(("Exit code", escaped(summary["exit_code"])))
     return rows

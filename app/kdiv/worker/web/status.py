@@ -8,6 +8,7 @@ from faust.web import Request
 
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
+from kdiv.worker.report_scope import elsewhere
 from kdiv.worker.web.handlers import Answer, Site
 
 
@@ -78,7 +79,8 @@ def health(worker) -> tuple[int, dict]:
 def last_reconciliation(worker) -> tuple[int, dict]:
     """The summary of the latest run under KDIV_RECONCILE_REPORTS (runs are directories
     named by their snapshot time, so the greatest name is the latest). Not configured, or
-    no run yet, is an answer (available: false), not an error."""
+    no run yet, is an answer (available: false), not an error. `elsewhere` says why the run
+    is not about the data watched now (another cluster, recreated topics), else null."""
     reports = worker.settings.reconcile_reports
     if reports is None:
         return 200, {"available": False, "message": "KDIV_RECONCILE_REPORTS is not set on this worker"}
@@ -90,4 +92,13 @@ def last_reconciliation(worker) -> tuple[int, dict]:
         summary = parse_json(latest.read_text(encoding="utf-8"), max_bytes=64 << 20)
     except (OSError, ValueError) as bad:
         return 500, {"error": "Internal Server Error", "message": f"{latest}: {bad}"}
-    return 200, {"available": True, "run": latest.parent.name, "summary": summary}
+    scope = elsewhere(
+        summary if isinstance(summary, dict) else {}, worker.cluster.cluster_id, watched_topic_ids(worker)
+    )
+    return 200, {"available": True, "run": latest.parent.name, "summary": summary, "elsewhere": scope}
+
+
+def watched_topic_ids(worker) -> dict[str, str]:
+    """The ids of the watched topics this worker has seen, as its partitions last saw them."""
+    parts = worker.live.validator.partitions
+    return {topic: part.topic_id for (topic, _), part in sorted(parts.items()) if part.topic_id is not None}
