@@ -5,7 +5,6 @@ between the snapshot and the read, through either Kafka source. Real broker, wor
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+from confluent_kafka import Producer
 
 from kdiv.reconcile.job import Reconciliation, parse_args, settings_from
 from kdiv.writer import DivWriter
@@ -80,55 +80,66 @@ async def test_records_the_stalled_worker_never_validated_are_a_finding_and_newe
     run = uuid.uuid4().hex[:8]
     topic, app_id = f"stalled-{run}", f"stalled-{run}"
     await create(bootstrap, topic, 2)
-    writer = await DivWriter.start(bootstrap)
-    async with writer:
+    async with await DivWriter.start(bootstrap) as writer:
         await validated_by_a_worker(bootstrap, topic, app_id, tmp_path, writer, 10)
-        # The worker is gone: what follows it never validates.
-        old_start = time.time() * 1000
-        for i in range(30):
-            await writer.send(topic, b"old%d" % i, key=b"o%d" % i, partition=0)
-        for i in range(4):
-            await writer.send(topic, b"old%d" % i, key=b"p%d" % i, partition=1)
-        await writer.flush()
-        old_end = time.time() * 1000
-        await asyncio.sleep(3.5)
-        for i in range(5):
-            await writer.send(topic, b"new%d" % i, key=b"n%d" % i, partition=0)
-        await writer.flush()
+    # The worker is gone: what follows it never validates. Record times say when it was
+    # written: an hour and two ago, then now.
+    now_ms = int(time.time() * 1000)
+    hour_ago, two_hours_ago = now_ms - 3_600_000, now_ms - 7_200_000
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(30):
+        producer.produce(topic, b"old%d" % i, key=b"o%d" % i, partition=0, timestamp=hour_ago + i)
+    for i in range(4):
+        producer.produce(topic, b"older%d" % i, key=b"p%d" % i, partition=1, timestamp=two_hours_ago + i)
+    for i in range(5):
+        producer.produce(topic, b"new%d" % i, key=b"n%d" % i, partition=0)
+    assert producer.flush(30) == 0
 
-    env = {"KDIV_UNVALIDATED_AFTER_S": "3"}
-    code, report, summary, _ = reconcile(spark, bootstrap, registry_url, app_id, [topic], tmp_path / "r", env=env)
+    # KDIV_UNVALIDATED_AFTER_S at its default, 300 s.
+    code, report, summary, _ = reconcile(spark, bootstrap, registry_url, app_id, [topic], tmp_path / "r")
 
     assert code == 1, summary
     not_validated = summary["not_validated"]
     assert (not_validated["status"], not_validated["group"], not_validated["group_known"]) == ("checked", app_id, True)
-    # The writer's END_OF_SEGMENT records, sent as it closed, are new too.
-    assert (not_validated["unvalidated"], not_validated["lag"]) == (35, 5 + 2)
+    assert (not_validated["after_s"], not_validated["unvalidated"], not_validated["lag"]) == (300, 34, 6)
     by_partition = {p["partition"]: p for p in not_validated["partitions"]}
-    # Partition 0: the worker validated the writer's START_OF_SEGMENT and 10 records.
-    first = by_partition[0]
-    assert first["committed"] == 11
-    assert (first["unvalidated"], first["lag"], first["first_offset"]) == (30, 6, first["committed"])
-    assert old_start - 1000 <= first["oldest_ms"] <= old_end
+    # Partition 0: the worker validated the writer's START_OF_SEGMENT and 10 records; its
+    # END_OF_SEGMENT, sent as the writer closed, and the 5 new records are lag.
+    assert by_partition[0] == {
+        "topic": topic,
+        "partition": 0,
+        "committed": 11,
+        "unvalidated": 30,
+        "first_offset": 12,
+        "oldest_ms": hour_ago,
+        "lag": 6,
+    }
     # Partition 1: the worker committed nothing there (no record then): from its start.
-    assert (by_partition[1]["unvalidated"], by_partition[1]["lag"], by_partition[1]["committed"]) == (1 + 4, 1, None)
-    assert summary["counts"]["NOT_VALIDATED"] == 2
-    assert summary["records"]["NOT_VALIDATED"] == 35
+    assert by_partition[1] == {
+        "topic": topic,
+        "partition": 1,
+        "committed": None,
+        "unvalidated": 4,
+        "first_offset": 0,
+        "oldest_ms": two_hours_ago,
+        "lag": 0,
+    }
+    assert (summary["counts"]["NOT_VALIDATED"], summary["records"]["NOT_VALIDATED"]) == (2, 34)
     assert {f for f in found_in(spark, report) if f[0] == "NOT_VALIDATED"} == {
-        ("NOT_VALIDATED", topic, 0, first["committed"], None),
+        ("NOT_VALIDATED", topic, 0, 12, None),
         ("NOT_VALIDATED", topic, 1, 0, None),
     }
     page = (report / "report.html").read_text()
-    assert "35 records the live worker has not validated" in page.split("</h1>")[0]
+    assert "34 records the live worker has not validated" in page.split("</h1>")[0]
     assert (report / "worker_offsets.json").is_file()
 
     # A bound the records are within: lag, no finding; the same snapshot and offsets.
     again = ["--snapshot", str(report / "snapshot.json")]
-    patient = {"KDIV_UNVALIDATED_AFTER_S": "3600"}
+    patient = {"KDIV_UNVALIDATED_AFTER_S": "14400"}
     code, _, summary, _ = reconcile(
         spark, bootstrap, registry_url, app_id, [topic], tmp_path / "again", *again, env=patient
     )
-    assert (code, summary["not_validated"]["unvalidated"], summary["not_validated"]["lag"]) == (0, 0, 42), summary
+    assert (code, summary["not_validated"]["unvalidated"], summary["not_validated"]["lag"]) == (0, 0, 40), summary
     assert summary["counts"]["NOT_VALIDATED"] == 0
 
 
