@@ -6,6 +6,7 @@ Every bad value is reported with the variable's name; nothing falls back silentl
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -374,6 +375,8 @@ class Settings:
                 f"registry, but {PREFIX}SCHEMA_REGISTRY_URL=none: set a registry, or "
                 f"{PREFIX}TICDC_PROTOCOL=simple"
             )
+        if not math.isfinite(settings.unvalidated_after_s):
+            raise SettingsError(f"{PREFIX}UNVALIDATED_AFTER_S={settings.unvalidated_after_s} must be a finite number")
         if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
             raise SettingsError(
                 f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "
