@@ -125,6 +125,7 @@ def test_the_process_and_the_last_reconciliation_make_a_quiet_group_amber():
         "finished_at": None,
         "error": None,
         "report": "/r",
+        "elsewhere": None,
     }
 
 

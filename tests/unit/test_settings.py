@@ -61,6 +61,9 @@ def test_watches_names_or_pattern_never_kdiv_own_topics():
             "KDIV_HEARTBEAT_INTERVAL_S",
         ),
         ({"KDIV_TOPICS": "a", "KDIV_MAX_AGE_MS": "-5"}, "KDIV_MAX_AGE_MS"),
+        ({"KDIV_TOPICS": "a", "KDIV_UNVALIDATED_AFTER_S": "0"}, "KDIV_UNVALIDATED_AFTER_S"),
+        ({"KDIV_TOPICS": "a", "KDIV_UNVALIDATED_AFTER_S": "nan"}, "KDIV_UNVALIDATED_AFTER_S"),
+        ({"KDIV_TOPICS": "a", "KDIV_UNVALIDATED_AFTER_S": "inf"}, "KDIV_UNVALIDATED_AFTER_S"),
     ],
 )
 def test_bad_values_name_the_variable(env, named):

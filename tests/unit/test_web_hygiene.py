@@ -101,7 +101,11 @@ def test_links_fifos_and_directories_are_not_served(tmp_path: Path):
 
 
 def _worker(reports: Path | None):
-    return SimpleNamespace(settings=SimpleNamespace(reconcile_reports=reports))
+    return SimpleNamespace(
+        settings=SimpleNamespace(reconcile_reports=reports),
+        cluster=SimpleNamespace(cluster_id=None),
+        live=SimpleNamespace(validator=SimpleNamespace(partitions={})),
+    )
 
 
 def test_a_broken_summary_is_a_502_naming_the_run_not_a_path_and_is_logged_once(tmp_path: Path, caplog):
@@ -125,7 +129,7 @@ def test_a_broken_summary_is_a_502_naming_the_run_not_a_path_and_is_logged_once(
     (reports / RUN / "summary.json").write_text(json.dumps({"status": "clean"}))
     assert last_reconciliation(_worker(reports)) == (
         200,
-        {"available": True, "run": RUN, "summary": {"status": "clean"}},
+        {"available": True, "run": RUN, "summary": {"status": "clean"}, "elsewhere": None},
     )
     # No run yet: the answer names the setting, not the host's directory.
     empty = tmp_path / "empty"

@@ -6,6 +6,7 @@ Every bad value is reported with the variable's name; nothing falls back silentl
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -317,6 +318,9 @@ class Settings:
     # Where the nightly reconciliation writes its runs (`kdiv reconcile --out`): the views
     # serve the latest run's summary when set.
     reconcile_reports: Path | None = None
+    # The nightly job reports records past the worker's committed offsets older than this
+    # (written this long before it read the offsets) as NOT_VALIDATED; newer ones are lag.
+    unvalidated_after_s: float = 300.0
     changefeeds: ChangefeedSettings = field(default_factory=ChangefeedSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
 
@@ -394,6 +398,7 @@ class Settings:
             schema_auto_repair=env.bool("SCHEMA_AUTO_REPAIR", False),
             schema_recheck_s=env.float("SCHEMA_RECHECK_S", cls.schema_recheck_s),
             reconcile_reports=Path(env.str("RECONCILE_REPORTS", "")) if env.str("RECONCILE_REPORTS", "") else None,
+            unvalidated_after_s=env.float("UNVALIDATED_AFTER_S", cls.unvalidated_after_s),
             changefeeds=changefeeds,
             audit=audit,
         )
@@ -403,6 +408,8 @@ class Settings:
                 f"registry, but {PREFIX}SCHEMA_REGISTRY_URL=none: set a registry, or "
                 f"{PREFIX}TICDC_PROTOCOL=simple"
             )
+        if not math.isfinite(settings.unvalidated_after_s):
+            raise SettingsError(f"{PREFIX}UNVALIDATED_AFTER_S={settings.unvalidated_after_s} must be a finite number")
         if settings.heartbeat_interval_s * 3 > settings.session_timeout_s:
             raise SettingsError(
                 f"{PREFIX}HEARTBEAT_INTERVAL_S={settings.heartbeat_interval_s} must be at most a third of "

@@ -17,7 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from kdiv.config.settings import Settings
-from kdiv.kafka.tansu import detect_tansu
+from kdiv.kafka.tansu import detect_tansu, fetch_cluster_id
 from kdiv.kafka.topics import TopicCreationError, create_topic
 from kdiv.state.tables import ledger_changelog_topic_name, ledger_partition_counts
 from kdiv.trace.routes import validate_routes
@@ -45,6 +45,9 @@ class WatchedTopic:
 class ClusterView:
     tansu: bool
     topics: tuple[WatchedTopic, ...]
+    # The id the brokers report in Metadata (None when they give none): whose reports are this
+    # cluster's (kdiv.worker.report_scope).
+    cluster_id: str | None = None
 
     @property
     def partition_counts(self) -> tuple[int, ...]:
@@ -103,6 +106,7 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
     await admin.start()
     try:
         tansu = await detect_tansu(admin)
+        cluster_id = await fetch_cluster_id(admin)
         if create_own:
             # One partition: incidents are few, and one order makes "recent" and paging simple.
             await _ensure_compacted_topic(admin, settings, settings.incidents, 1)
@@ -135,7 +139,7 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
             WatchedTopic(name, counts[name], None if settings.is_changefeed(name) else lags[name])
             for name in sorted(counts)
         )
-        cluster = ClusterView(tansu=tansu, topics=topics)
+        cluster = ClusterView(tansu=tansu, topics=topics, cluster_id=cluster_id)
         if create_own:
             # A key ledger is partitioned as the compacted topics it covers.
             for partitions in ledger_partition_counts(cluster):

@@ -50,8 +50,14 @@ ROUTE_LOST = "ROUTE_LOST"
 # A traced record a route's processor wrote more than once to its sink.
 ROUTE_DUPLICATED = "ROUTE_DUPLICATED"
 
+# Records past the live worker's committed offset, written longer ago than KDIV_UNVALIDATED_AFTER_S
+# (kdiv.reconcile.backlog): the worker has not validated them. Newer ones are lag, no finding.
+NOT_VALIDATED = "NOT_VALIDATED"
+
 KEY_CLASSES = (LOST, UNVALIDATED, DIVERGED)
 CLASSES = (LOST, UNVALIDATED, DIVERGED, SEQUENCE_BEHIND, SUBJECT_MISMATCH, SCHEMA_UNKNOWN, UNREADABLE)
+# Reported by runs that compared the topics with the worker's committed offsets.
+BACKLOG_CLASSES = (NOT_VALIDATED,)
 # The row checksum verdicts that are faults (kdiv.ticdc.checksum.FAULT_VERDICTS), by the same names.
 CHECKSUM_CLASSES = (CHECKSUM_MISMATCH, CORRUPTED_FLAG, MALFORMED)
 # The trace verdicts that are faults (kdiv.trace.judge), by outcome.

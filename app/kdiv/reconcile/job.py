@@ -38,6 +38,7 @@ from aiokafka.errors import KafkaError
 from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
 from kdiv.kafka.failures import failure_text, refusals_explained
+from kdiv.reconcile.backlog import WORKER_OFFSETS_JSON
 from kdiv.registry.client import RegistryError, SchemaRegistry
 from kdiv.state.tables import state_changelogs
 
@@ -200,7 +201,11 @@ class Reconciliation:
             # Before the snapshot: see kdiv.reconcile.routes.
             partitions = {t.name: t.partitions for t in cluster.topics}
             committed = self._route_offsets(partitions)
+            worker_offsets = self._worker_offsets(partitions)
             snapshot = self._snapshot(changelogs, topics, needs_changelogs=needs_changelogs)
+            # Whose records these are: a report read later (the dashboard) tells another
+            # cluster's, or a recreated topic's, from the current one's by these.
+            summary.update(self._identity(topics))
             if not needs_changelogs and not set(changelogs) & set(snapshot.topics):
                 # No worker ran: its tables, which the DIV comparisons need, do not exist.
                 div_topics, compacted = [], []
@@ -217,6 +222,11 @@ class Reconciliation:
                     "file": SNAPSHOT_JSON,
                 },
             )
+            if worker_offsets is not None:
+                (out_dir / WORKER_OFFSETS_JSON).write_text(worker_offsets.to_json())
+                summary["snapshot"].update(
+                    worker_offsets_file=WORKER_OFFSETS_JSON, worker_offsets_taken_at_ms=worker_offsets.taken_at_ms
+                )
             if committed is not None:
                 (out_dir / ROUTE_OFFSETS_JSON).write_text(committed.to_json())
                 summary["snapshot"].update(
@@ -229,9 +239,14 @@ class Reconciliation:
                 return self._read(snapshot, names, max_records_per_split)
 
             findings, sequences, stats = self._compare(
-                read, changelogs, div_topics, compacted, changefeed_topics, committed, partitions
+                read, changelogs, div_topics, compacted, changefeed_topics, committed, partitions, snapshot
             )
             summary.update(stats)
+            # Without the worker's state no worker ran: nothing was its to validate.
+            worker_ran = bool(set(changelogs) & set(snapshot.topics))
+            backlog, summary["not_validated"] = self._not_validated(snapshot, topics, worker_offsets, worker_ran)
+            if backlog is not None:
+                findings = _like(backlog, findings).unionByName(findings)
             summary["incidents"] = self._live_incidents(snapshot, read)
             code = EXIT_DISCREPANCIES if findings.count() else EXIT_CLEAN
             summary.update(
@@ -310,9 +325,10 @@ class Reconciliation:
             log.debug("reading %s failed", topic, exc_info=True)
             return not_read(topic, window, INCIDENTS_UNREADABLE, failure_text(failure))
 
-    def _compare(self, read, changelogs, topics, compacted, changefeed_topics, committed, partitions):
+    def _compare(self, read, changelogs, topics, compacted, changefeed_topics, committed, partitions, snapshot):
         """Findings, sequences and stats: the DIV comparisons over `topics`, row checksums
-        over `changefeed_topics`, the routes' traces against the `committed` offsets."""
+        over `changefeed_topics`, the routes' traces against the `committed` offsets; and
+        what of `topics` and the changelogs was deleted before it could be read."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -346,6 +362,8 @@ class Reconciliation:
                 {r["topic"]: r["n"] for r in frame.groupBy("topic").agg(F.count(F.lit(1)).alias("n")).collect()}
                 for frame in (view, changelog_records)
             )
+            # Both are read (and kept) by now: what they miss of the snapshot is known.
+            vanished = self._vanished(snapshot, [*topics, *changelogs], [view, changelog_records])
             latest = latest_per_key(keyed_data(view.where(F.col("topic").isin(compacted))))
             key_findings = compare_keys(latest, state, compacted)
             sequences, behind = compare_sequences(highest_sequences(view), state, compacted)
@@ -387,6 +405,7 @@ class Reconciliation:
             if self.args.repair:
                 self._repair(schema_findings)
             stats = {
+                "vanished": [v.to_json() for v in vanished],
                 "records_read": records_read,
                 # Findings on a changelog (values the job cannot read) count against these.
                 "changelog_records_read": changelog_records_read,
@@ -406,6 +425,78 @@ class Reconciliation:
             changelog_records.unpersist()
             if self.registry is not None:
                 self._await(self.registry.close())
+
+    def _vanished(self, snapshot, names: list[str], frames) -> list:
+        """What of `names` was deleted between the snapshot and the read that `frames` (the
+        kept DataFrames of those reads) hold: kdiv.reconcile.vanished."""
+        from kdiv.reconcile.vanished import first_offsets, log_starts, moved, pieces_of, vanished_ranges
+
+        planned = [r for r in snapshot.only(names).ranges if r.end > r.start]
+        if not planned:
+            return []
+        starts = run_in_own_loop(
+            log_starts(
+                self.settings.bootstrap,
+                [(r.topic, r.partition) for r in planned],
+                security=self.settings.kafka_security,
+            )
+        )
+        pieces = pieces_of(moved(planned, starts), self.source, self.args.max_records_per_split)
+        found = vanished_ranges(pieces, first_offsets(frames, pieces), starts)
+        for v in found:
+            self.say(
+                f"{v.topic}[{v.partition}]: offsets [{v.start}, {v.end}) were deleted before they could be read "
+                f"(the log now starts at {v.log_start})",
+                err=True,
+            )
+        return found
+
+    def _identity(self, topics: list[str]) -> dict:
+        """summary's cluster_id (None from a broker that gives none) and topic_ids {topic: id}
+        of the topics read that have one."""
+        from confluent_kafka import KafkaException
+
+        from kdiv.kafka.tansu import fetch_cluster_id
+        from kdiv.kafka.topicids import TopicIds
+
+        cluster_id = run_in_own_loop(fetch_cluster_id(self.settings.bootstrap, self.settings.kafka_security))
+        try:
+            topic_ids = TopicIds(self.settings).describe(topics)
+        except KafkaException as unanswered:  # the findings stand without them; the report then names none
+            log.warning("could not read the topic ids: %s", unanswered)
+            topic_ids = {}
+        return {"cluster_id": cluster_id, "topic_ids": topic_ids}
+
+    def _worker_offsets(self, partitions: dict[str, int]):
+        """The worker group's committed offsets: read now, before the snapshot, or the ones
+        saved beside the snapshot a rerun is given (None when that run saved none)."""
+        from kdiv.reconcile.backlog import WorkerOffsets, fetch_worker_offsets
+
+        if self.args.snapshot:
+            saved = self.args.snapshot.parent / WORKER_OFFSETS_JSON
+            return WorkerOffsets.from_json(saved.read_text(), str(saved)) if saved.is_file() else None
+        return run_in_own_loop(
+            fetch_worker_offsets(
+                self.settings.bootstrap, self.settings.app_id, partitions, security=self.settings.kafka_security
+            )
+        )
+
+    def _not_validated(self, snapshot, topics: list[str], offsets, worker_ran: bool):
+        """(NOT_VALIDATED findings or None, summary["not_validated"]): the records past the
+        worker's committed offsets written more than KDIV_UNVALIDATED_AFTER_S before the
+        offsets were read (kdiv.reconcile.backlog)."""
+        from kdiv.reconcile import backlog
+
+        after_s = self.settings.unvalidated_after_s
+        if not worker_ran:
+            return None, backlog.summary_of(backlog.NO_WORKER, offsets, after_s)
+        if offsets is None:
+            return None, backlog.summary_of(backlog.NOT_SAVED, None, after_s)
+        past = backlog.backlog_snapshot(snapshot, offsets, topics)
+        records = self._read(past, list(past.topics) + list(past.missing))
+        rows = backlog.backlog_rows(records, offsets, offsets.taken_at_ms - round(after_s * 1000))
+        summary = backlog.summary_of(backlog.CHECKED, offsets, after_s, rows)
+        return backlog.findings(self.spark, rows, after_s, offsets.group), summary
 
     def _verify_changefeeds(self, read, topics: list[str], directory):
         """(findings, summary["changefeeds"], records read per topic) of the changefeed topics:
@@ -504,6 +595,15 @@ class Reconciliation:
             self._await(repair(registry, pairs, self.say))
         finally:
             self._await(registry.close())
+
+
+def _like(findings, other):
+    """`findings` with the columns of `other` (those it lacks null), in `other`'s order."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in other.schema.fields}
+    missing = {name: F.lit(None).cast(types[name]) for name in other.columns if name not in findings.columns}
+    return (findings.withColumns(missing) if missing else findings).select(*other.columns)
 
 
 def _say(message: str, err: bool = False) -> None:

@@ -125,6 +125,9 @@ _READER_FIXED: dict[str, Any] = {
     "enable.partition.eof": True,
 }
 _POLL_TIMEOUT_S = 1.0
+# Errors saying the wanted offset is not in the log: with auto.offset.reset=error librdkafka
+# reports _AUTO_OFFSET_RESET (-140); OFFSET_OUT_OF_RANGE (1) is the broker's own.
+_OUT_OF_RANGE = frozenset({-140, 1})
 # librdkafka timestamp types (NOT_AVAILABLE 0, CREATE_TIME 1, LOG_APPEND_TIME 2) minus this
 # are Kafka's own ids (-1, 0, 1), which Spark's source reports.
 _TIMESTAMP_TYPE_SHIFT = 1
@@ -278,7 +281,8 @@ def read_split(
 
     Stops at the first record at or past the end, at an end-of-partition event at or past
     it, or when the consumer's position reaches it (compaction and transaction markers
-    leave offset gaps, so the last planned offset may hold no record).
+    leave offset gaps, so the last planned offset may hold no record). Records deleted since
+    the snapshot are skipped: the split reads on from the partition's log start.
     """
     if split.start >= split.end:
         return
@@ -379,12 +383,34 @@ class _SplitReader:
             elif error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - confluent-kafka's public name
                 self.broker_end = message.offset()
                 self.done = self.done or self.broker_end >= self.split.end
+            elif error.code() in _OUT_OF_RANGE and self._skip_deleted():
+                # The rest of this batch was fetched before the jump: none of it is wanted.
+                return records
             else:
                 raise KafkaReadError(
                     f"reading {self.where} at offset {self.next_offset} "
                     f"(planned [{self.split.start}, {self.split.end})): {error.str()}"
                 )
         return records
+
+    def _skip_deleted(self) -> bool:
+        """After an out-of-range answer: when the records at the next offset were deleted since
+        the snapshot (the log now starts past it), read on from the log start and return True.
+        The job reports what was skipped (kdiv.reconcile.vanished); anything else is no
+        deletion and stays an error."""
+        from confluent_kafka import TopicPartition
+
+        low, _high = self.consumer.get_watermark_offsets(
+            self._topic_partition, timeout=self.stall_timeout_s, cached=False
+        )
+        if low <= self.next_offset:
+            return False
+        self.next_offset = min(low, self.split.end)
+        self.done = self.next_offset >= self.split.end
+        if not self.done:
+            self.consumer.assign([TopicPartition(self.split.topic, self.split.partition, self.next_offset)])
+        self.last_progress = time.monotonic()
+        return True
 
     def _stall_message(self) -> str:
         details = [f"next offset {self.next_offset}, planned end {self.split.end}"]
@@ -532,6 +558,9 @@ def _read_with_spark_source(spark: SparkSession, snapshot: Snapshot, librdkafka:
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
+        # Records deleted since the snapshot (DeleteRecords, retention) are skipped, not a
+        # failure of the whole job: the job reports them (kdiv.reconcile.vanished).
+        .option("failOnDataLoss", "false")
     )
     for name, value in spark_kafka_options(librdkafka).items():
         reader = reader.option(name, value)

@@ -14,6 +14,7 @@ from kdiv.reconcile.findings import (
     DIVERGED,
     LOST,
     MALFORMED,
+    NOT_VALIDATED,
     ROUTE_DUPLICATED,
     ROUTE_LOST,
     SCHEMA_UNKNOWN,
@@ -41,6 +42,12 @@ CLASS_COLOURS = {
     SCHEMA_UNKNOWN: "#7f7f7f",
     UNREADABLE: "#e377c2",
 }
+# Reported by runs that compared the topics with the live worker's committed offsets.
+BACKLOG_CLASS_MEANINGS = {
+    NOT_VALIDATED: "records past the live worker's committed offset, older than KDIV_UNVALIDATED_AFTER_S: "
+    "the worker has not validated them (stalled or far behind)",
+}
+BACKLOG_CLASS_COLOURS = {NOT_VALIDATED: "#bd9e39"}
 # The changefeed classes, reported only by runs that verify changefeeds (summary["changefeeds"]).
 CHECKSUM_CLASS_MEANINGS = {
     CHECKSUM_MISMATCH: "changefeed row whose TiCDC row checksum does not match its columns",
@@ -54,8 +61,8 @@ ROUTE_CLASS_MEANINGS = {
     ROUTE_DUPLICATED: "traced record a route's processor wrote more than once",
 }
 ROUTE_CLASS_COLOURS = {ROUTE_LOST: "#ad494a", ROUTE_DUPLICATED: "#e7969c"}
-_MEANINGS = {**CLASS_MEANINGS, **CHECKSUM_CLASS_MEANINGS, **ROUTE_CLASS_MEANINGS}
-_COLOURS = {**CLASS_COLOURS, **CHECKSUM_CLASS_COLOURS, **ROUTE_CLASS_COLOURS}
+_MEANINGS = {**CLASS_MEANINGS, **BACKLOG_CLASS_MEANINGS, **CHECKSUM_CLASS_MEANINGS, **ROUTE_CLASS_MEANINGS}
+_COLOURS = {**CLASS_COLOURS, **BACKLOG_CLASS_COLOURS, **CHECKSUM_CLASS_COLOURS, **ROUTE_CLASS_COLOURS}
 # For a class the findings carry that this module does not know: reported, so drawn too.
 _SPARE_COLOURS = ("#bcbd22", "#17becf", "#2ca02c")
 

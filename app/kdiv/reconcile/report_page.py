@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from kdiv.reconcile.aggregates import SequenceSample, Timeline
 from kdiv.reconcile.changefeed_route_tables import changefeed_section, routes_section
+from kdiv.reconcile.findings import NOT_VALIDATED
 from kdiv.reconcile.legend import colour, meaning
 from kdiv.reconcile.live_incidents_markup import live_incidents_cell, live_incidents_notes, live_incidents_total
 from kdiv.reconcile.markup import breakable, clipped, duration, escaped, key_markup, number, page, table, utc_time
@@ -47,8 +48,9 @@ def render_report(
     classes = list(counts)
     total = sum(counts.values())
     status = summary["status"]
+    title = headline(status, total, records.get(NOT_VALIDATED, 0))
 
-    body = [f'<h1 class="{escaped(status)}">{escaped(headline(status, total))}</h1>']
+    body = [f'<h1 class="{escaped(status)}">{escaped(title)}</h1>']
     if status == STATUS_FAILED:
         body.append(f"<pre>{escaped(summary.get('error') or '(no error message given)')}</pre>")
     elif total == 0:
@@ -66,6 +68,9 @@ def render_report(
         )
 
     body += ["<h2>Run</h2>", _run_table(summary)]
+    if summary.get("vanished"):
+        body.append("<h2>Deleted before they could be read</h2>")
+        body += _vanished_section(summary["vanished"])
 
     body.append("<h2>Findings by class</h2>")
     body.append(_counts_by_class(counts, records))
@@ -104,7 +109,7 @@ def render_report(
         body.append("<h2>Producer sequences: topic vs table</h2>")
         body += _sequence_section(sequence_sample)
 
-    return page(f"kdiv reconciliation: {headline(status, total)}", body)
+    return page(f"kdiv reconciliation: {title}", body)
 
 
 def render_failure(summary: Mapping[str, Any]) -> str:
@@ -121,12 +126,17 @@ def render_failure(summary: Mapping[str, Any]) -> str:
     return page("kdiv reconciliation: Failed", body)
 
 
-def headline(status: str, total: int) -> str:
+def headline(status: str, total: int, not_validated: int = 0) -> str:
+    """The page's first line; `not_validated`: records the live worker has not validated
+    (NOT_VALIDATED), named there: a stalled worker is the night's first news."""
     if status == STATUS_FAILED:
         return "Failed"
     if total == 0:
         return "Clean: no discrepancies"
-    return f"{total:,} discrepanc{'y' if total == 1 else 'ies'}"
+    line = f"{total:,} discrepanc{'y' if total == 1 else 'ies'}"
+    if not_validated:
+        line += f", {not_validated:,} record{'' if not_validated == 1 else 's'} the live worker has not validated"
+    return line
 
 
 def _run_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -135,15 +145,44 @@ def _run_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     topics = run_topics(summary)
     rows = [
         ("Status", escaped(summary.get("status", "—"))),
+        ("Cluster", f"<code>{escaped(summary['cluster_id'])}</code>" if summary.get("cluster_id") else "—"),
         ("Snapshot taken", escaped(utc_time(snapshot.get("taken_at_ms")))),
         ("Finished", escaped(utc_time(summary.get("finished_at_ms")))),
         ("Duration", escaped(duration(summary.get("duration_s")))),
         ("Topics", f"{len(topics):,}: " + ", ".join(f"<code>{escaped(t)}</code>" for t in topics) if topics else "—"),
         ("Records read", escaped(number(sum(records_read.values())) if records_read else "—")),
     ]
+    topic_ids = summary.get("topic_ids") or {}
+    if topic_ids:
+        rows.append(
+            ("Topic ids", ", ".join(f"<code>{escaped(t)}</code> {escaped(i)}" for t, i in sorted(topic_ids.items())))
+        )
     if "exit_code" in summary:
         rows.append(("Exit code", escaped(summary["exit_code"])))
     return rows
+
+
+def _vanished_section(vanished: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        (
+            f"<code>{escaped(v.get('topic'))}</code>",
+            number(v.get("partition")),
+            f"[{number(v.get('from'))}, {number(v.get('to'))})",
+            number(v.get("log_start")),
+        )
+        for v in vanished
+    ]
+    return [
+        '<p class="note">Offsets in the snapshot that were deleted (DeleteRecords, retention, compaction) '
+        "after the job took it and before it read them: not compared tonight. A key whose validated record "
+        "went with them is LOST.</p>",
+        table(
+            ("Topic", "Partition", "Offsets vanished", "Log start after the read"),
+            rows,
+            table_id="vanished",
+            column_classes={1: "num", 3: "num"},
+        ),
+    ]
 
 
 def _run_table(summary: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kdiv.reconcile.findings import CHECKSUM_CLASSES, CLASSES, ROUTE_CLASSES
+from kdiv.reconcile.findings import BACKLOG_CLASSES, CHECKSUM_CLASSES, CLASSES, ROUTE_CLASSES
 
 STATUS_CLEAN = "clean"
 STATUS_DISCREPANCIES = "discrepancies"
@@ -43,7 +43,10 @@ def summary_with_counts(summary: Mapping[str, Any], class_counts: Sequence[Class
     it gives is unknown or contradicts the counts ("clean" with findings, "discrepancies"
     without)."""
     classes = classes_present(
-        (c.cls for c in class_counts), checksums="changefeeds" in summary, routes="routes" in summary
+        (c.cls for c in class_counts),
+        checksums="changefeeds" in summary,
+        routes="routes" in summary,
+        backlog=(summary.get("not_validated") or {}).get("status") == "checked",
     )
     counts = dict.fromkeys(classes, 0)
     records = dict.fromkeys(classes, 0)
@@ -64,11 +67,19 @@ def summary_with_counts(summary: Mapping[str, Any], class_counts: Sequence[Class
     return {**summary, "status": status, "counts": counts, "records": records, "by_topic": by_topic}
 
 
-def classes_present(found: Iterable[str], checksums: bool = False, routes: bool = False) -> list[str]:
-    """CLASSES in their order (then CHECKSUM_CLASSES, for a run that verified changefeeds, and
+def classes_present(
+    found: Iterable[str], checksums: bool = False, routes: bool = False, backlog: bool = False
+) -> list[str]:
+    """CLASSES in their order (then BACKLOG_CLASSES, for a run that compared the topics with
+    the worker's committed offsets, CHECKSUM_CLASSES, for one that verified changefeeds, and
     ROUTE_CLASSES, for one that checked routes), then any other class the findings carry: a
     class this module does not know is still reported, never dropped."""
-    known = [*CLASSES, *(CHECKSUM_CLASSES if checksums else ()), *(ROUTE_CLASSES if routes else ())]
+    known = [
+        *CLASSES,
+        *(BACKLOG_CLASSES if backlog else ()),
+        *(CHECKSUM_CLASSES if checksums else ()),
+        *(ROUTE_CLASSES if routes else ()),
+    ]
     return [*known, *sorted(set(found) - set(known))]
 
 

@@ -231,8 +231,9 @@ def _counts(summary: dict) -> dict[str, int]:
 
 def reconciliation_state(reconciliation: dict) -> str:
     """Amber for a run that found discrepancies or did not finish; the run is a past night's,
-    so never red by itself."""
-    if not reconciliation.get("available"):
+    so never red by itself. A run of another cluster or of topics since recreated
+    (`elsewhere`, kdiv.worker.report_scope) says nothing of the data now: green."""
+    if not reconciliation.get("available") or reconciliation.get("elsewhere"):
         return GREEN
     status = _summary(reconciliation).get("status")
     return GREEN if status == "clean" else AMBER
@@ -306,6 +307,8 @@ def reconciliation_json(reconciliation: dict, report_url: str | None) -> dict:
         "finished_at": iso_utc(finished) if renderable_ms(finished) else None,
         "error": _error(summary.get("error")),
         "report": report_url,
+        # Why the run is not about the data watched now, shown beside it; null when it is.
+        "elsewhere": reconciliation.get("elsewhere") or None,
     }
 
 

@@ -13,6 +13,7 @@ from faust.web import Request
 from kdiv.clock import iso_utc
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
+from kdiv.worker.report_scope import elsewhere
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.webguard import clipped
 
@@ -114,7 +115,8 @@ def last_reconciliation(worker) -> tuple[int, dict]:
     named by their snapshot time, so the greatest name is the latest). Not configured, or
     no run yet, is an answer (available: false), not an error. A summary that cannot be read
     or parsed is the reconciliation job's fault, not the worker's: a 502 naming the run (the
-    host's paths are for the log, which says it once per file)."""
+    host's paths are for the log, which says it once per file). `elsewhere` says why the run
+    is not about the data watched now (another cluster, recreated topics), else null."""
     reports = worker.settings.reconcile_reports
     if reports is None:
         return 200, {"available": False, "message": "KDIV_RECONCILE_REPORTS is not set on this worker"}
@@ -131,7 +133,10 @@ def last_reconciliation(worker) -> tuple[int, dict]:
     except ValueError as bad:  # not UTF-8, not JSON, too deep or too large
         problem = str(bad)
     else:
-        return 200, {"available": True, "run": run, "summary": summary}
+        scope = elsewhere(
+            summary if isinstance(summary, dict) else {}, worker.cluster.cluster_id, watched_topic_ids(worker)
+        )
+        return 200, {"available": True, "run": run, "summary": summary, "elsewhere": scope}
     _BROKEN_SUMMARIES.log_once(latest, problem)
     return 502, {
         "error": HTTPStatus.BAD_GATEWAY.phrase,
@@ -164,3 +169,9 @@ class _OncePerFile:
 
 
 _BROKEN_SUMMARIES = _OncePerFile()
+
+
+def watched_topic_ids(worker) -> dict[str, str]:
+    """The ids of the watched topics this worker has seen, as its partitions last saw them."""
+    parts = worker.live.validator.partitions
+    return {topic: part.topic_id for (topic, _), part in sorted(parts.items()) if part.topic_id is not None}
