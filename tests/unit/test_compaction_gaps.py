@@ -11,11 +11,13 @@ worker validating long after the lag excuses no more than one validating at once
 from __future__ import annotations
 
 from kdiv.div.compaction import holes_at, weigh_gap
+from kdiv.div.exact import Gap, GapLog
 from kdiv.div.record import consumed
 from kdiv.div.segment import Segment
 from kdiv.div.validator import DataIntegrityValidator, Semantics, TopicPolicy, ValidationResult
 from kdiv.div.wire import ChecksumType, Kind, adhash_add, record_crc
 from kdiv.state.values import StateValues
+from kdiv.worker.incidents import incidents_for
 from kdiv.worker.live import LiveValidation
 from tests.harness.streams import GUID_A, GUID_B, NOW, Log, verdicts
 
@@ -88,6 +90,11 @@ def test_a_loss_validated_long_after_the_lag_is_still_missing_in_exact_semantics
     assert "not compaction: the log has 0 offset holes between offsets 1 and 2, fewer than the 1 record missing" in (
         got[2].detail
     )
+    # The gap's incident (rewritten as the gap changes) says so too, and its state keeps it.
+    incident = incidents_for(got[2], LATE)[0]
+    assert "; not compaction: the log has 0 offset holes between the producer's records" in incident.detail
+    packed = GapLog.unpack(GapLog(0, 3, [Gap(0, 2, 2, 2, 3, holes=0)]).pack())
+    assert packed.gaps[0].holes == 0
     # Venice's rule, by the wall clock, excuses it: it must match Venice's verdicts.
     assert verdicts(validator(Semantics.VENICE), lost_log().records, LATE) == ["OK", "OK", "OK"]
     # While compaction's gap, validated as late, is excused.
@@ -151,6 +158,7 @@ def test_a_gap_whose_holes_are_not_known_is_missing_and_says_it_cannot_be_told()
     assert got.verdict.value == "MISSING"
     assert "compaction or loss, which cannot be told" in got.detail
     assert "offset 1) are not known" in got.detail
+    assert "compaction or loss, which cannot be told" in incidents_for(got, LATE)[0].detail
     assert part.untold_gaps == 1
     # The producer's next gap has its evidence again.
     assert segment.partition_holes == 1

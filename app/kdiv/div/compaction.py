@@ -31,6 +31,9 @@ class Evidence(NamedTuple):
     # bounds that leave both open): it cannot be told from loss.
     untold: bool = False
     detail: str = ""  # why compaction does not explain it, for the MISSING that reports it
+    # The holes between the producer's records when they are fewer than the seqs missing
+    # (-1: not counted so; `kdiv.div.exact.Gap.holes`).
+    holes: int = -1
 
 
 NOTHING_MISSING = Evidence(False)
@@ -119,6 +122,7 @@ def weigh_gap(
             False,
             f"not compaction: the log has {high} offset hole{'s' if high != 1 else ''} {between}, fewer than "
             f"the {records} (compaction leaves a hole for each record it removes; a lost record leaves none)",
+            high,
         )
     return Evidence(
         False,

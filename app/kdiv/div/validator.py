@@ -18,7 +18,7 @@ from typing import NamedTuple, cast
 
 from kdiv.div import exact
 from kdiv.div.compaction import Evidence, holes_at, weigh_gap
-from kdiv.div.exact import Gap, GapLog, GapReport, Seen
+from kdiv.div.exact import NOT_WEIGHED, UNTOLD_HOLES, Gap, GapLog, GapReport, Seen
 from kdiv.div.faults import (
     FATAL_VERDICTS,
     DataValidationError,
@@ -472,8 +472,11 @@ class DataIntegrityValidator:
         if seen is not None and after is not None:
             if after is not before:  # a new segment: the producer's gaps go on with it
                 after.gaps = cast(Segment, before).gaps
+            gap_holes = NOT_WEIGHED
+            if evidence and evidence[0].detail:
+                gap_holes = UNTOLD_HOLES if evidence[0].untold else evidence[0].holes
             verdict, detail, gap = self._judge_exactly(
-                seen, after, header, crc, record.offset, verdict, detail, inside_push
+                seen, after, header, crc, record.offset, verdict, detail, inside_push, gap_holes
             )
 
         fatal = inside_push and verdict in FATAL_VERDICTS
@@ -498,9 +501,11 @@ class DataIntegrityValidator:
         verdict: Verdict,
         detail: str,
         inside_push: bool,
+        gap_holes: int = NOT_WEIGHED,
     ) -> tuple[Verdict, str, GapReport | None]:
         """The exact verdict on a record Venice's rule judged `verdict`, and the producer's
-        exact state (`state`, after Venice's rule) updated by it."""
+        exact state (`state`, after Venice's rule) updated by it. `gap_holes`: what the offset
+        holes said of a gap the record closes (`Gap.holes`)."""
         segment, seq = header.segment, header.seq
         # The CRC the producer stamped (a corrupt record's re-send compares equal to it).
         claimed = header.crc if header.kind == Kind.DATA else crc
@@ -555,7 +560,7 @@ class DataIntegrityValidator:
             if verdict is Verdict.MISSING:
                 if gaps is None:
                     gaps = state.gaps = GapLog(segment, seen.high)
-                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq, fatal=inside_push)
+                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq, fatal=inside_push, holes=gap_holes)
                 gaps.add(gap)
         elif segment < state.segment_number and verdict is Verdict.DUPLICATE:
             detail += " (an earlier segment: not compared)"

@@ -92,6 +92,9 @@ _PRODUCER_STATE = {
                                                 },
                                             },
                                         },
+                                        # What the offset holes said of it as compaction's
+                                        # (`kdiv.div.exact.Gap.holes`).
+                                        {"name": "holes", "type": "long", "default": -1},
                                     ],
                                 },
                             },
@@ -280,6 +283,7 @@ def _gap_log_fields(log: GapLog) -> dict:
                 "lastJudgedOffset": g.last_judged_offset,
                 "arrivedUnplaced": g.arrived_unplaced,
                 "fatal": g.fatal,
+                "holes": g.holes,
                 "arrived": [
                     {"firstSeq": lo, "lastSeq": hi, "firstOffset": first, "lastOffset": last}
                     for lo, hi, first, last in g.arrived
@@ -305,6 +309,7 @@ def _gap_log_of(fields: dict) -> GapLog:
                 [[r["firstSeq"], r["lastSeq"], r["firstOffset"], r["lastOffset"]] for r in g["arrived"]],
                 g["arrivedUnplaced"],
                 g["fatal"],
+                g["holes"],
             )
         )
     return log
