@@ -10,6 +10,9 @@ worker validating long after the lag excuses no more than one validating at once
 
 from __future__ import annotations
 
+from itertools import islice
+from types import SimpleNamespace
+
 from kdiv.div.compaction import holes_at, weigh_gap
 from kdiv.div.exact import Gap, GapLog
 from kdiv.div.record import consumed
@@ -19,6 +22,7 @@ from kdiv.div.wire import ChecksumType, Kind, adhash_add, record_crc
 from kdiv.state.values import StateValues
 from kdiv.worker.incidents import incidents_for
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.metrics import WorkerCollector
 from tests.harness.streams import GUID_A, GUID_B, NOW, Log, verdicts
 
 LAG = 60_000
@@ -271,3 +275,22 @@ def test_producer_states_carry_their_hole_count_packed():
     segment.partition_holes = 1 << 40
     segment.last_offset = 7
     assert Segment.unpack(segment.pack()) == segment
+
+
+def test_gaps_that_cannot_be_told_are_counted_in_the_metrics():
+    v = validator()
+    log = compacted_log(OLD)
+    sos, first, closing = log.records
+    verdicts(v, [sos, first], LATE)
+    v.partition("t", 0).tracker.segment(GUID_A).partition_holes = -1
+    assert v.validate(closing, LATE).verdict.value == "MISSING"
+    worker = SimpleNamespace(
+        live=SimpleNamespace(validator=v),
+        assigned_partitions=lambda: [("t", 0)],
+        is_loaded=lambda topic, partition: True,
+        changefeed_topics=(),
+        lag=lambda topic, partition: None,
+    )
+    families = {family.name: family for family in islice(WorkerCollector(worker).collect(), 9)}
+    (sample,) = families["kdiv_compaction_gaps_untold"].samples
+    assert (sample.labels, sample.value) == ({"topic": "t", "partition": "0"}, 1)
