@@ -73,6 +73,13 @@ class Log:
         self.records.append(record)
         return record
 
+    def skip(self, count: int = 1, partition: int = 0) -> range:
+        """Offsets at which the log holds no record (their records removed by compaction, or a
+        transaction marker there): consumers read past them. Returns them."""
+        first = self.next_offset.get(partition, 0)
+        self.next_offset[partition] = first + count
+        return range(first, first + count)
+
     def add_outgoing(self, outgoing: list[OutgoingRecord], timestamp: int = NOW) -> list[ConsumedRecord]:
         return [self.add(o.key, o.value, o.headers, o.partition, timestamp) for o in outgoing]
 

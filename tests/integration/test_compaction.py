@@ -1,8 +1,9 @@
 """Real log compaction under a running worker (Apache Kafka's cleaner, not a simulation).
 
 Compaction removes superseded records of a key once they are `min.compaction.lag.ms` old, so
-the producers' sequence gaps it leaves are no fault; a gap among records younger than that
-lag cannot be compaction's doing and is reported.
+the producers' sequence gaps it leaves are no fault. It leaves their offsets as holes in the
+log; a record lost before it was written leaves none, so such a gap is reported however
+late the worker validates it (`kdiv.div.compaction`).
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ async def test_gaps_compaction_explains_are_no_incident_and_a_fresh_gap_is_missi
         for writer in (writers[0], writers[2]):
             await writer.end_segments(topic)
 
-        # A gap among fresh records: compaction cannot have made it (they are younger than
-        # the lag), so it is loss.
+        # A gap with no offset hole in the log: compaction cannot have made it, however long
+        # after the lag the worker validates it (the records between are END_OF_SEGMENTs and
+        # the latest record of key-0, which the cleaner keeps), so it is loss.
         lossy = writers[1]
         (dropped,) = lossy.stamper.data(topic, 0, b"key-lost", b"never sent", lossy.clock_ms(), ())
         lost_seq = lossy.stamper._segments[(topic, 0)].next_seq - 1
@@ -127,6 +129,63 @@ async def test_gaps_compaction_explains_are_no_incident_and_a_fresh_gap_is_missi
         assert found == [("MISSING", lossy.guid.hex(), lost_seq)], (found, ends)
     finally:
         for writer in writers:
+            await writer.close()
+        worker.terminate()
+
+
+async def test_a_worker_started_long_after_the_lag_still_finds_a_loss_and_excuses_compaction(bootstrap, tmp_path):
+    """The worker is held behind on purpose: it starts only once every record is older than
+    the lag and the cleaner has run, so by its clock every gap could be compaction's. The
+    log's offset holes tell them apart: the cleaner's gaps are excused, while the record a
+    producer lost before it was written (its neighbours have keys of their own, which the
+    cleaner keeps, so no hole lies between them) is MISSING."""
+    topic = f"compacted-late-{uuid.uuid4().hex[:8]}"
+    await create_compacted(bootstrap, topic, 1, LAG_MS)
+    app_id = f"compaction-late-{uuid.uuid4().hex[:8]}"
+    writers = [await DivWriter.start(bootstrap, producer_options={"acks": "all"}) for _ in range(2)]
+    lossy = await DivWriter.start(bootstrap, producer_options={"acks": "all"})
+    worker = WorkerProcess("w", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+
+    async def overwrite_keys(rounds: int) -> None:
+        for round_ in range(rounds):
+            for i in range(200):
+                await writers[i % 2].send(topic, b"v%d-%d" % (round_, i), key=b"key-%d" % (i % KEYS), partition=0)
+            for writer in writers:
+                await writer.flush()
+            await asyncio.sleep(1.1)
+
+    try:
+        await overwrite_keys(2)
+        for i in range(3):
+            await lossy.send(topic, b"before", key=b"lossy-%d" % i, partition=0)
+        await lossy.flush()
+        lossy.stamper.data(topic, 0, b"lossy-lost", b"never sent", lossy.clock_ms(), ())
+        lost_seq = lossy.stamper._segments[(topic, 0)].next_seq - 1
+        await lossy.send(topic, b"after", key=b"lossy-after", partition=0)
+        await lossy.flush()
+        await overwrite_keys(2)
+        # Every record is now older than the lag; the next ones roll the segment, so the
+        # cleaner compacts the others.
+        await asyncio.sleep(LAG_MS / 1000)
+        for writer in writers:
+            await writer.send(topic, b"roll", key=b"key-0", partition=0)
+            await writer.flush()
+        written = (await exact_end_offsets(bootstrap, topic))[0]
+        held = await wait_compacted(bootstrap, topic, 0, written)
+        assert len(held) < written / 2, (len(held), written)
+
+        worker.start()
+        await worker.wait_ready()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker])
+        incidents = await read_incidents(bootstrap, app_id)
+        latest = [versions[-1] for versions in incidents.values()]
+        assert [(i.verdict, i.producer, i.seq) for i in latest] == [("MISSING", lossy.guid.hex(), lost_seq)], [
+            described(i) for i in latest
+        ]
+        # Judged late (the wall clock alone would have excused it) and told by the log.
+        assert "not compaction: the log has 0 offset holes" in latest[0].detail, described(latest[0])
+    finally:
+        for writer in [*writers, lossy]:
             await writer.close()
         worker.terminate()
 

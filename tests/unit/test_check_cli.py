@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -114,6 +115,20 @@ def test_compaction_lag_option_excuses_old_gaps():
     assert run_check(None, "--now", str(NOW + 999), "--compaction-lag-ms", "1000", stdin=text)[0] == 1
     code, out, _ = run_check(None, "--now", str(NOW + 1000), "--compaction-lag-ms", "1000", stdin=text)
     assert code == 0 and {o["verdict"] for o in out} == {"OK"}
+
+
+def test_compaction_lag_option_excuses_a_gap_only_where_the_dump_has_offset_holes():
+    """As the worker: a seq lost before it was written has no offset, so however old the
+    records, the gap is MISSING, saying why."""
+    log, st = Log(), DivStamper(GUID_A)
+    records = []
+    for i in range(3):
+        records += log.add_outgoing(st.data("t", 0, b"k%d" % i, b"v", NOW))
+    lost = [records[0], records[1], replace(records[3], offset=2)]  # seq 2 never reached the log
+    text = "".join(record_to_line(r) + "\n" for r in lost)
+    code, out, _ = run_check(None, "--now", str(NOW + 10**9), "--compaction-lag-ms", "1000", stdin=text)
+    assert code == 1 and [o["verdict"] for o in out] == ["OK", "OK", "MISSING"]
+    assert "not compaction: the log has 0 offset holes" in out[-1]["detail"]
 
 
 def test_max_age_option_expires_idle_producers():

@@ -177,11 +177,13 @@ def test_state_saved_and_restored_after_every_record_changes_no_verdict(stream):
             producers[guid] = decode_segment(raw)
             assert producers[guid] == segment
         state = decode_partition(encode_partition(saved))
-        assert (state.in_push, state.push_failed, state.last_offset, state.counts) == (
+        assert (state.in_push, state.push_failed, state.last_offset, state.counts, state.holes, state.holes_from) == (
             saved.in_push,
             saved.push_failed,
             saved.last_offset,
             saved.counts,
+            saved.holes,
+            saved.holes_from,
         )
         restarted.restore_partition(record.topic, record.partition, state, producers)
 

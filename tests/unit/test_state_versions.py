@@ -10,6 +10,7 @@ import json
 import fastavro
 
 from kdiv.div.segment import Segment
+from kdiv.div.validator import PartitionValidation
 from kdiv.div.wire import ChecksumType
 from kdiv.state.codec import LOCAL_ID_BASE, LOCAL_STATE_SCHEMA_ID, LOCAL_STATE_SCHEMAS, STATE_SCHEMA_JSON
 from kdiv.state.framing import frame, unframe
@@ -17,7 +18,7 @@ from kdiv.state.values import StateValues
 
 # The current schema's fingerprint: when it changes, the new text needs an id of its own in
 # LOCAL_STATE_SCHEMAS (state already written under the old id must still decode).
-CURRENT_FINGERPRINT = "5fe4a696881c1704bcc0c75d3f899cbd90cf8b0043a504cd758e5c69d75f08cc"
+CURRENT_FINGERPRINT = "bd0885f878b53a676257901879929367e67414c3a9bc5f083dc5c0590b414fda"
 
 
 def test_the_current_schema_has_its_own_local_id():
@@ -60,10 +61,36 @@ def test_state_written_under_the_first_version_is_read_by_the_current_one():
     assert segment.recent is None and segment.gaps is None  # fields the first version did not have
 
 
+def test_state_written_before_offset_holes_were_counted_reads_as_holes_not_known():
+    v2 = fastavro.parse_schema(json.loads(LOCAL_STATE_SCHEMAS[LOCAL_ID_BASE + 2]))
+    producer = io.BytesIO()
+    fields = {
+        "segmentNumber": 0,
+        "sequenceNumber": 5,
+        "checksumType": int(ChecksumType.ADHASH),
+        "checksum": 7,
+        "lastOffset": 900,
+        "lastProducerTimestamp": 1_700_000_000_000,
+        "started": True,
+        "registered": True,
+        "recentCrcs": b"",
+    }
+    fastavro.schemaless_writer(producer, v2, ("kdiv.state.ProducerPartitionState", fields))
+    partition = io.BytesIO()
+    fastavro.schemaless_writer(partition, v2, ("kdiv.state.PartitionState", {"inPush": False, "lastOffset": 900}))
+    values = StateValues.unregistered()
+    segment = values.decode(frame(LOCAL_ID_BASE + 2, producer.getvalue()))
+    assert isinstance(segment, Segment) and segment.partition_holes == -1  # the compaction rule cannot use it
+    part = values.decode(frame(LOCAL_ID_BASE + 2, partition.getvalue()))
+    assert isinstance(part, PartitionValidation)
+    assert (part.last_offset, part.holes, part.holes_from, part.untold_gaps) == (900, 0, -1, 0)
+
+
 def test_state_written_now_is_framed_with_the_current_local_id_and_reads_back():
     values = StateValues.unregistered()
     segment = Segment(2, 7, ChecksumType.ADHASH, [0] * 8)
     segment.started = segment.registered = True
+    segment.partition_holes = 12
     raw = values.encode(segment)
     assert unframe(raw)[0] == LOCAL_STATE_SCHEMA_ID
     assert values.decode(raw) == segment

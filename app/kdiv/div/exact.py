@@ -26,6 +26,9 @@ from typing import NamedTuple, Protocol
 MAX_GAPS = 8
 # Runs of late arrivals kept per gap (further arrivals are counted, not placed).
 MAX_ARRIVED_RUNS = 16
+# A gap's `holes` when it was not weighed as compaction's, and when its holes were not known.
+NOT_WEIGHED = -1
+UNTOLD_HOLES = -2
 _SEQ_BITS = 0xFFFFFFFF
 
 
@@ -83,6 +86,10 @@ class Gap:
     arrived: list[list[int]] = field(default_factory=list)
     arrived_unplaced: int = 0
     fatal: bool = False  # found inside a push
+    # In a compacted topic, what the log's offset holes said when the gap was weighed as
+    # compaction's (`kdiv.div.compaction`): the holes between the producer's records, fewer
+    # than the seqs missing; UNTOLD_HOLES: not known; NOT_WEIGHED: not weighed.
+    holes: int = -1
 
     @property
     def size(self) -> int:
@@ -129,6 +136,7 @@ class Gap:
             tuple((lo, hi, first, last) for lo, hi, first, last in self.arrived),
             self.arrived_count,
             self.fatal,
+            self.holes,
         )
 
 
@@ -145,6 +153,7 @@ class GapReport(NamedTuple):
     arrived: tuple[tuple[int, int, int, int], ...]  # (first seq, last seq, first offset, last offset)
     arrived_count: int
     fatal: bool
+    holes: int = NOT_WEIGHED
 
     @property
     def size(self) -> int:
@@ -173,6 +182,17 @@ class GapReport(NamedTuple):
             )
             state = "all arrived late" if self.resolved else f"{self.arrived_count} of {n} arrived late"
             text += f"; {state}: {where}" if where else f"; {state}"
+        if self.holes == UNTOLD_HOLES:
+            text += (
+                "; compaction or loss, which cannot be told: the offset holes between the producer's records "
+                "are not known"
+            )
+        elif self.holes >= 0:
+            text += (
+                f"; not compaction: the log has {self.holes} offset hole{'s' if self.holes != 1 else ''} between "
+                f"the producer's records, fewer than the records missing (compaction leaves a hole for each "
+                f"record it removes)"
+            )
         return text
 
 
@@ -228,6 +248,7 @@ class GapLog:
                     g.judged,
                     g.last_judged_offset,
                     g.arrived_unplaced,
+                    g.holes,
                     g.fatal,
                     len(g.arrived),
                 )
@@ -241,8 +262,8 @@ class GapLog:
         log = GapLog(segment, high)
         at = _LOG.size
         for _ in range(count):
-            seg, first, last, found_offset, found_seq, judged, last_judged, unplaced, fatal, runs = _GAP.unpack_from(
-                packed, at
+            seg, first, last, found_offset, found_seq, judged, last_judged, unplaced, holes, fatal, runs = (
+                _GAP.unpack_from(packed, at)
             )
             at += _GAP.size
             arrived = []
@@ -250,13 +271,25 @@ class GapLog:
                 arrived.append(list(_RUN.unpack_from(packed, at)))
                 at += _RUN.size
             log.gaps.append(
-                Gap(seg, first, last, found_offset, found_seq, judged, last_judged, arrived, unplaced, bool(fatal))
+                Gap(
+                    seg,
+                    first,
+                    last,
+                    found_offset,
+                    found_seq,
+                    judged,
+                    last_judged,
+                    arrived,
+                    unplaced,
+                    bool(fatal),
+                    holes,
+                )
             )
         return log
 
 
 _LOG = struct.Struct("<qqB")
-_GAP = struct.Struct("<qqqqqqqq?B")
+_GAP = struct.Struct("<qqqqqqqqq?B")
 _RUN = struct.Struct("<qqqq")
 
 

@@ -25,13 +25,14 @@ class SegmentStatus(enum.IntEnum):
 
 
 # A segment at rest in memory (`Segment.pack`): segment, seq, checksum, last offset, last
-# producer timestamp, checksum type, flags. About 75 bytes where a Segment object with its
-# int fields takes about 270: most of a million producer states are idle producers.
-_PACKED = struct.Struct("<qqQqqqBB")
+# producer timestamp, first seen timestamp, partition holes, checksum type, flags. About 83
+# bytes where a Segment object with its int fields takes about 270: most of a million
+# producer states are idle producers.
+_PACKED = struct.Struct("<qqQqqqqBB")
 _PACKED_TS = struct.Struct("<q")
 _PACKED_TS_AT = 32
 _PACKED_OFFSET_AT = 24
-_PACKED_FLAGS_AT = 49
+_PACKED_FLAGS_AT = 57
 _FLAG_NAMES = ("checksum_finalized", "registered", "started", "ended", "final_segment", "new_segment")
 _HAS_CHECKSUM = 1 << len(_FLAG_NAMES)
 _STARTED, _ENDED, _FINAL = (1 << _FLAG_NAMES.index(name) for name in ("started", "ended", "final_segment"))
@@ -56,6 +57,7 @@ class Segment:
         "last_offset",
         "last_producer_ts",
         "new_segment",
+        "partition_holes",
         "recent",
         "registered",
         "segment_number",
@@ -85,6 +87,10 @@ class Segment:
         # The producer timestamp of the first record of this producer in the partition,
         # carried from segment to segment (-1: not known, e.g. state saved before it was kept).
         self.first_seen_ts = -1
+        # The partition's offset holes counted up to this producer's last record
+        # (`kdiv.div.validator.PartitionValidation.holes`; -1: not known): the evidence a gap
+        # after that record needs to be excused as compaction.
+        self.partition_holes = -1
         # The exact accounting's (`kdiv.div.exact`): recent seqs with their CRCs, and the
         # producer's gaps (carried from segment to segment). None when off or never needed.
         self.recent = recent
@@ -122,7 +128,7 @@ class Segment:
         self.final_segment = final
 
     def pack(self) -> bytes:
-        """This state in about 75 bytes (and 8 per recent seq, and the gaps, when the exact
+        """This state in about 83 bytes (and 8 per recent seq, and the gaps, when the exact
         accounting keeps them); `Segment.unpack` gives it back equal."""
         flags = 0 if self.checksum is None else _HAS_CHECKSUM
         for bit, name in enumerate(_FLAG_NAMES):
@@ -135,6 +141,7 @@ class Segment:
             self.last_offset,
             self.last_producer_ts,
             self.first_seen_ts,
+            self.partition_holes,
             self.checksum_type,
             flags,
         )
@@ -154,6 +161,7 @@ class Segment:
             last_offset,
             last_producer_ts,
             first_seen_ts,
+            partition_holes,
             checksum_type,
             flags,
         ) = _PACKED.unpack_from(packed)
@@ -165,6 +173,7 @@ class Segment:
         s.last_offset = last_offset
         s.last_producer_ts = last_producer_ts
         s.first_seen_ts = first_seen_ts
+        s.partition_holes = partition_holes
         for bit, name in enumerate(_FLAG_NAMES):
             setattr(s, name, bool(flags & (1 << bit)))
         s.recent = None

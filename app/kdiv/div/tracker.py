@@ -85,12 +85,21 @@ class PartitionTracker:
                 self._unpacked[guid] = s.last_offset
 
     def accept_in_order(
-        self, guid: bytes, segment: int, seq: int, producer_ts: int, header_crc: int, crc: int, offset: int
+        self,
+        guid: bytes,
+        segment: int,
+        seq: int,
+        producer_ts: int,
+        header_crc: int,
+        crc: int,
+        offset: int,
+        partition_holes: int = -1,
     ) -> bool:
         """The common case in one step: an intact DATA record with the next seq of its segment.
 
         Does exactly what the three steps of `validate` do for such a record, from the header
-        fields alone (no DivHeader is built); returns False, changing nothing, for any other
+        fields alone (no DivHeader is built), and notes the partition's hole count at it
+        (`partition_holes`, -1: not known); returns False, changing nothing, for any other
         record, which must then go through `validate`.
         """
         s = self.segments.get(guid)
@@ -117,6 +126,7 @@ class PartitionTracker:
         if s.registered and s.checksum is not None:
             s.checksum = (s.checksum + crc) & _UINT64_MASK
         s.last_offset = offset
+        s.partition_holes = partition_holes
         s.new_segment = False
         return True
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from kdiv.div import exact
-from kdiv.div.exact import Gap, GapLog, GapReport, Seen
+from kdiv.div.compaction import Evidence, holes_at, weigh_gap
+from kdiv.div.exact import NOT_WEIGHED, UNTOLD_HOLES, Gap, GapLog, GapReport, Seen
 from kdiv.div.faults import (
     FATAL_VERDICTS,
     DataValidationError,
@@ -89,6 +90,18 @@ class PartitionValidation:
     push_failed: bool = False
     last_offset: int = -1
     records: int = 0
+    # Offset holes: offsets between two records validated one after the other at which no
+    # record was read (removed by compaction; transaction markers and aborted records under
+    # read_committed), counted from 0 at offset `holes_from` (-1: from the first record the
+    # partition validates; moved on, the count restarted, where the offsets before are not
+    # the log's evidence: records deleted before validation, a rewound log). Each producer
+    # state notes the count at its last record, so the holes after it are a subtraction
+    # (`kdiv.div.compaction`).
+    holes: int = 0
+    holes_from: int = -1
+    # Gaps in a compacted topic that compaction may have made but whose offset holes are not
+    # known, so cannot be told from loss: reported MISSING, saying so.
+    untold_gaps: int = 0
     # Per verdict other than OK; OK is records minus their sum (kept out of the hot path).
     verdict_counts: dict[Verdict, int] = field(default_factory=dict)
     # Latest producer timestamp over the producer states saved at the previous checkpoint:
@@ -214,19 +227,27 @@ class DataIntegrityValidator:
             version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
             if version == FORMAT_VERSION and kind == _DATA:
                 part = self.partitions.get((record.topic, record.partition))
-                if part is not None and part.tracker.accept_in_order(
-                    guid,
-                    segment,
-                    seq,
-                    producer_ts,
-                    header_crc,
-                    record_crc(_DATA, record.key, record.value),
-                    record.offset,
-                ):
-                    part.records += 1
-                    if record.offset > part.last_offset:
-                        part.last_offset = record.offset
-                    return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, "", None))
+                if part is not None:
+                    offset = record.offset
+                    last = part.last_offset
+                    holes = part.holes + offset - last - 1 if last >= 0 and offset > last else part.holes
+                    if part.tracker.accept_in_order(
+                        guid,
+                        segment,
+                        seq,
+                        producer_ts,
+                        header_crc,
+                        record_crc(_DATA, record.key, record.value),
+                        offset,
+                        holes if offset > last else -1,
+                    ):
+                        part.records += 1
+                        if offset > last:
+                            if last < 0:
+                                part.holes_from = offset
+                            part.last_offset = offset
+                            part.holes = holes
+                        return _new_result(ValidationResult, (record, _OK, guid, segment, seq, False, "", None))
         return self._validate_full(record, now_ms, found, raw)
 
     def bring_forward(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
@@ -266,6 +287,7 @@ class DataIntegrityValidator:
         part = self.partition(topic, partition)
         accept_in_order = part.tracker.accept_in_order
         last = part.last_offset
+        holes = part.holes
         accepted = 0
         i = start
         end = len(records)
@@ -285,11 +307,16 @@ class DataIntegrityValidator:
                     version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
                     if version == FORMAT_VERSION and kind == _DATA:
                         crc = record_crc(_DATA, record.key, record.value)
-                        in_order = accept_in_order(guid, segment, seq, producer_ts, header_crc, crc, offset)
+                        # The partition's holes with this record's (offsets only grow here).
+                        at = holes + offset - last - 1 if last >= 0 else holes
+                        in_order = accept_in_order(guid, segment, seq, producer_ts, header_crc, crc, offset, at)
                     else:
                         in_order = False
                     if in_order:
                         accepted += 1
+                        if last < 0:
+                            part.holes_from = offset
+                        holes = at
                         last = offset
                         touched.add(guid)
                         if ledger is not None:
@@ -312,8 +339,10 @@ class DataIntegrityValidator:
             part.records += accepted
             accepted = 0
             part.last_offset = last
+            part.holes = holes
             result = self._validate_full(consumed(topic, partition, record), now_ms, found, raw)
             last = part.last_offset
+            holes = part.holes
             results.append(result)
             if ledger is not None and record.key is not None:
                 ledger[record.key] = packed_key_validation_of(record)
@@ -327,6 +356,7 @@ class DataIntegrityValidator:
             i += 1
         part.records += accepted
         part.last_offset = last
+        part.holes = holes
         return i
 
     def _validate_full(
@@ -359,19 +389,50 @@ class DataIntegrityValidator:
         # The producer's record before this one: a gap's first missing record came after it.
         previous_ts = before.last_producer_ts if before is not None else -1
         previous_seq = before.sequence_number if before is not None else -1
+        seen = exact.look(before, header.segment, header.seq) if before is not None else None
+        # The partition's offset holes up to this record (bounds: exact unless the record lies
+        # behind the partition's last offset), which its producer's state notes.
+        prior = before if self._exact or record.offset > part.last_offset else tracker.segment(header.guid)
+        holes_low, holes_high = holes_at(
+            part.last_offset,
+            part.holes,
+            record.offset,
+            prior.last_offset if prior is not None else -1,
+            prior.partition_holes if prior is not None else -1,
+            part.holes_from,
+        )
+        evidence: list[Evidence] = []  # weighed once, when a branch asks
 
         def tolerate_compacted_gap() -> bool:
             # Compaction may have removed superseded records once they are min.compaction.lag.ms
-            # old. Venice asks that of the incoming record. The exact semantics asks it of the
-            # oldest record that can be missing, the one after the producer's previous record:
-            # a gap closed by a fresh record may still be old records the cleaner removed.
+            # old. Venice asks that of the incoming record, by the wall clock.
             if lag_ms is None:
                 return False
-            if now_ms - record.timestamp >= lag_ms:
-                return True
-            return previous_ts >= 0 and now_ms - previous_ts >= lag_ms
+            if not self._exact:
+                return now_ms - record.timestamp >= lag_ms
+            # The exact semantics asks it of the oldest record that can be missing, the one
+            # after the producer's previous record (a gap closed by a fresh record may still be
+            # old records the cleaner removed), as a necessary condition only: the wall clock
+            # of a worker running behind says little. What decides is the log's evidence
+            # (`kdiv.div.compaction`): an offset hole for each missing record.
+            old = now_ms - record.timestamp >= lag_ms or (previous_ts >= 0 and now_ms - previous_ts >= lag_ms)
+            if not old or before is None or seen is None:
+                return False
+            if not evidence:
+                missing = header.seq - seen.high - 1 if seen.seen is Seen.AHEAD else 0
+                evidence.append(
+                    weigh_gap(
+                        missing,
+                        before.last_offset,
+                        before.partition_holes,
+                        part.holes_from,
+                        record.offset,
+                        holes_low,
+                        holes_high,
+                    )
+                )
+            return evidence[0].explains
 
-        seen = exact.look(before, header.segment, header.seq) if before is not None else None
         verdict = Verdict.OK
         detail = ""
         try:
@@ -379,6 +440,10 @@ class DataIntegrityValidator:
         except DataValidationError as fault:
             verdict = fault.verdict
             detail = fault.detail
+            if verdict is Verdict.MISSING and evidence and evidence[0].detail:
+                detail = f"{detail}; {evidence[0].detail}"
+                if evidence[0].untold and partition_effects:
+                    part.untold_gaps += 1
             if eop and isinstance(fault, FatalDataValidation) and not isinstance(fault, ImproperlyStartedSegment):
                 # Reported; now force state past the fault so one loss is one report.
                 try:
@@ -388,8 +453,9 @@ class DataIntegrityValidator:
         # Whatever the verdict, the producer's state has now seen this record: a consumer that
         # reads it again (a replay after a crash) can tell so from the offset.
         after = tracker.segment(header.guid)
-        if after is not None and record.offset > after.last_offset:
+        if after is not None and record.offset >= after.last_offset:
             after.last_offset = record.offset
+            after.partition_holes = holes_low if holes_low == holes_high else -1
         if (
             after is before
             and after is not None
@@ -406,8 +472,11 @@ class DataIntegrityValidator:
         if seen is not None and after is not None:
             if after is not before:  # a new segment: the producer's gaps go on with it
                 after.gaps = cast(Segment, before).gaps
+            gap_holes = NOT_WEIGHED
+            if evidence and evidence[0].detail:
+                gap_holes = UNTOLD_HOLES if evidence[0].untold else evidence[0].holes
             verdict, detail, gap = self._judge_exactly(
-                seen, after, header, crc, record.offset, verdict, detail, inside_push
+                seen, after, header, crc, record.offset, verdict, detail, inside_push, gap_holes
             )
 
         fatal = inside_push and verdict in FATAL_VERDICTS
@@ -432,9 +501,11 @@ class DataIntegrityValidator:
         verdict: Verdict,
         detail: str,
         inside_push: bool,
+        gap_holes: int = NOT_WEIGHED,
     ) -> tuple[Verdict, str, GapReport | None]:
         """The exact verdict on a record Venice's rule judged `verdict`, and the producer's
-        exact state (`state`, after Venice's rule) updated by it."""
+        exact state (`state`, after Venice's rule) updated by it. `gap_holes`: what the offset
+        holes said of a gap the record closes (`Gap.holes`)."""
         segment, seq = header.segment, header.seq
         # The CRC the producer stamped (a corrupt record's re-send compares equal to it).
         claimed = header.crc if header.kind == Kind.DATA else crc
@@ -489,7 +560,7 @@ class DataIntegrityValidator:
             if verdict is Verdict.MISSING:
                 if gaps is None:
                     gaps = state.gaps = GapLog(segment, seen.high)
-                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq, fatal=inside_push)
+                gap = Gap(segment, seen.high + 1, seq - 1, offset, seq, fatal=inside_push, holes=gap_holes)
                 gaps.add(gap)
         elif segment < state.segment_number and verdict is Verdict.DUPLICATE:
             detail += " (an earlier segment: not compared)"
@@ -521,8 +592,14 @@ class DataIntegrityValidator:
         part.records += 1
         if result.verdict is not Verdict.OK:
             part.verdict_counts[result.verdict] = part.verdict_counts.get(result.verdict, 0) + 1
-        if record.offset > part.last_offset:
-            part.last_offset = record.offset
+        offset = record.offset
+        last = part.last_offset
+        if offset > last:
+            if last >= 0:
+                part.holes += offset - last - 1
+            else:
+                part.holes_from = offset
+            part.last_offset = offset
         return result
 
     def evict_over_limit(self, topic: str, partition: int) -> Eviction | None:

@@ -44,6 +44,9 @@ _PRODUCER_STATE = {
         {"name": "lastOffset", "type": "long", "default": -1},
         {"name": "lastProducerTimestamp", "type": "long", "default": -1},
         {"name": "firstSeenTimestamp", "type": "long", "default": -1},
+        # The partition's offset holes counted up to the producer's last record (-1: not known):
+        # the evidence the compaction rule weighs a gap after it against (`kdiv.div.compaction`).
+        {"name": "partitionHoles", "type": "long", "default": -1},
         # Exact semantics (`kdiv.div.exact`): the ring of recent seqs and CRCs, as little-endian
         # uint64 slots ((seq + 1) mod 2^32 << 32 | CRC32; 0 empty), and the producer's gaps.
         {"name": "recentCrcs", "type": "bytes", "default": ""},
@@ -90,6 +93,9 @@ _PRODUCER_STATE = {
                                                 },
                                             },
                                         },
+                                        # What the offset holes said of it as compaction's
+                                        # (`kdiv.div.exact.Gap.holes`).
+                                        {"name": "holes", "type": "long", "default": -1},
                                     ],
                                 },
                             },
@@ -115,6 +121,11 @@ _PARTITION_STATE = {
         {"name": "verdictCounts", "type": {"type": "map", "values": "long"}, "default": {}},
         {"name": "checkpointAnchorMs", "type": "long", "default": -1},
         {"name": "topicId", "type": ["null", "string"], "default": None},
+        # Offset holes counted from `holesFrom` on (-1: from the first record validated), and
+        # the gaps compaction or loss may have made that could not be told apart.
+        {"name": "holes", "type": "long", "default": 0},
+        {"name": "holesFrom", "type": "long", "default": -1},
+        {"name": "untoldGaps", "type": "long", "default": 0},
     ],
 }
 
@@ -160,8 +171,14 @@ STATE_SCHEMA = fastavro.parse_schema(_BRANCHES)
 # Changing STATE_SCHEMA_JSON means adding its text here under the next id.
 LOCAL_ID_BASE = 1 << 31
 _STATE_SCHEMA_V1_JSON = '[{"type":"record","name":"PartitionState","namespace":"kdiv.state","fields":[{"name":"inPush","type":"boolean"},{"name":"pushFailed","type":"boolean","default":false},{"name":"lastOffset","type":"long","default":-1},{"name":"records","type":"long","default":0},{"name":"verdictCounts","type":{"type":"map","values":"long"},"default":{}},{"name":"checkpointAnchorMs","type":"long","default":-1},{"name":"topicId","type":["null","string"],"default":null}]},{"type":"record","name":"ProducerPartitionState","namespace":"kdiv.state","fields":[{"name":"segmentNumber","type":"long"},{"name":"sequenceNumber","type":"long"},{"name":"checksumType","type":"int"},{"name":"checksum","type":["null","long"],"default":null},{"name":"checksumFinalized","type":"boolean","default":false},{"name":"registered","type":"boolean","default":false},{"name":"started","type":"boolean","default":false},{"name":"ended","type":"boolean","default":false},{"name":"finalSegment","type":"boolean","default":false},{"name":"newSegment","type":"boolean","default":false},{"name":"lastOffset","type":"long","default":-1},{"name":"lastProducerTimestamp","type":"long","default":-1}]},{"type":"record","name":"KeyValidation","namespace":"kdiv.state","fields":[{"name":"offset","type":"long"},{"name":"timestamp","type":"long"},{"name":"crc","type":"long"},{"name":"tombstone","type":"boolean"},{"name":"producer","type":["null","bytes"],"default":null},{"name":"segment","type":["null","long"],"default":null},{"name":"seq","type":["null","long"],"default":null}]},{"type":"record","name":"KeyValidationPacked","namespace":"kdiv.state","doc":"offset i64, timestamp i64, crc u32, flags u8 (1 tombstone, 2 producer, segment, seq present), producer 16 bytes, segment i64, seq i64; little-endian","fields":[{"name":"entry","type":{"type":"fixed","name":"KeyValidationBytes","size":53}}]}]'
-LOCAL_STATE_SCHEMAS: dict[int, str] = {0: _STATE_SCHEMA_V1_JSON, LOCAL_ID_BASE + 2: STATE_SCHEMA_JSON}
-LOCAL_STATE_SCHEMA_ID = LOCAL_ID_BASE + 2  # the current version's
+# The exact semantics' fields (the ring of recent CRCs, the gap log, the first seen timestamp).
+_STATE_SCHEMA_V2_JSON = '[{"type":"record","name":"PartitionState","namespace":"kdiv.state","fields":[{"name":"inPush","type":"boolean"},{"name":"pushFailed","type":"boolean","default":false},{"name":"lastOffset","type":"long","default":-1},{"name":"records","type":"long","default":0},{"name":"verdictCounts","type":{"type":"map","values":"long"},"default":{}},{"name":"checkpointAnchorMs","type":"long","default":-1},{"name":"topicId","type":["null","string"],"default":null}]},{"type":"record","name":"ProducerPartitionState","namespace":"kdiv.state","fields":[{"name":"segmentNumber","type":"long"},{"name":"sequenceNumber","type":"long"},{"name":"checksumType","type":"int"},{"name":"checksum","type":["null","long"],"default":null},{"name":"checksumFinalized","type":"boolean","default":false},{"name":"registered","type":"boolean","default":false},{"name":"started","type":"boolean","default":false},{"name":"ended","type":"boolean","default":false},{"name":"finalSegment","type":"boolean","default":false},{"name":"newSegment","type":"boolean","default":false},{"name":"lastOffset","type":"long","default":-1},{"name":"lastProducerTimestamp","type":"long","default":-1},{"name":"firstSeenTimestamp","type":"long","default":-1},{"name":"recentCrcs","type":"bytes","default":""},{"name":"gapLog","type":["null",{"type":"record","name":"GapLog","fields":[{"name":"segment","type":"long"},{"name":"high","type":"long"},{"name":"gaps","type":{"type":"array","items":{"type":"record","name":"Gap","fields":[{"name":"segment","type":"long"},{"name":"first","type":"long"},{"name":"last","type":"long"},{"name":"foundOffset","type":"long"},{"name":"foundSeq","type":"long"},{"name":"judged","type":"long"},{"name":"lastJudgedOffset","type":"long"},{"name":"arrivedUnplaced","type":"long"},{"name":"fatal","type":"boolean","default":false},{"name":"arrived","type":{"type":"array","items":{"type":"record","name":"ArrivedRun","fields":[{"name":"firstSeq","type":"long"},{"name":"lastSeq","type":"long"},{"name":"firstOffset","type":"long"},{"name":"lastOffset","type":"long"}]}}}]}}}]}],"default":null}]},{"type":"record","name":"KeyValidation","namespace":"kdiv.state","fields":[{"name":"offset","type":"long"},{"name":"timestamp","type":"long"},{"name":"crc","type":"long"},{"name":"tombstone","type":"boolean"},{"name":"producer","type":["null","bytes"],"default":null},{"name":"segment","type":["null","long"],"default":null},{"name":"seq","type":["null","long"],"default":null}]},{"type":"record","name":"KeyValidationPacked","namespace":"kdiv.state","doc":"offset i64, timestamp i64, crc u32, flags u8 (1 tombstone, 2 producer, segment, seq present), producer 16 bytes, segment i64, seq i64; little-endian","fields":[{"name":"entry","type":{"type":"fixed","name":"KeyValidationBytes","size":53}}]}]'
+LOCAL_STATE_SCHEMAS: dict[int, str] = {
+    0: _STATE_SCHEMA_V1_JSON,
+    LOCAL_ID_BASE + 2: _STATE_SCHEMA_V2_JSON,
+    LOCAL_ID_BASE + 3: STATE_SCHEMA_JSON,
+}
+LOCAL_STATE_SCHEMA_ID = LOCAL_ID_BASE + 3  # the current version's
 PARTITION_STATE_NAME = "kdiv.state.PartitionState"
 PRODUCER_STATE_NAME = "kdiv.state.ProducerPartitionState"
 KEY_VALIDATION_NAME = "kdiv.state.KeyValidation"
@@ -245,6 +262,7 @@ def encode_segment(segment: Segment) -> bytes:
             "lastOffset": segment.last_offset,
             "lastProducerTimestamp": segment.last_producer_ts,
             "firstSeenTimestamp": segment.first_seen_ts,
+            "partitionHoles": segment.partition_holes,
             "recentCrcs": b"" if segment.recent is None else ring_bytes(segment.recent),
             "gapLog": None if segment.gaps is None else _gap_log_fields(segment.gaps),
         },
@@ -266,6 +284,7 @@ def _gap_log_fields(log: GapLog) -> dict:
                 "lastJudgedOffset": g.last_judged_offset,
                 "arrivedUnplaced": g.arrived_unplaced,
                 "fatal": g.fatal,
+                "holes": g.holes,
                 "arrived": [
                     {"firstSeq": lo, "lastSeq": hi, "firstOffset": first, "lastOffset": last}
                     for lo, hi, first, last in g.arrived
@@ -291,6 +310,7 @@ def _gap_log_of(fields: dict) -> GapLog:
                 [[r["firstSeq"], r["lastSeq"], r["firstOffset"], r["lastOffset"]] for r in g["arrived"]],
                 g["arrivedUnplaced"],
                 g["fatal"],
+                g["holes"],
             )
         )
     return log
@@ -313,6 +333,7 @@ def _segment_of(fields: dict) -> Segment:
     segment.last_offset = fields["lastOffset"]
     segment.last_producer_ts = fields["lastProducerTimestamp"]
     segment.first_seen_ts = fields["firstSeenTimestamp"]
+    segment.partition_holes = fields["partitionHoles"]
     ring = fields["recentCrcs"]
     if ring:
         if len(ring) % 8:
@@ -336,6 +357,9 @@ def encode_partition(state: PartitionValidation) -> bytes:
             "verdictCounts": {v.value: n for v, n in state.verdict_counts.items()},
             "checkpointAnchorMs": state.checkpoint_anchor_ms,
             "topicId": state.topic_id,
+            "holes": state.holes,
+            "holesFrom": state.holes_from,
+            "untoldGaps": state.untold_gaps,
         },
     )
 
@@ -354,4 +378,7 @@ def _partition_of(fields: dict) -> PartitionValidation:
         verdict_counts=counts,
         checkpoint_anchor_ms=fields["checkpointAnchorMs"],
         topic_id=fields["topicId"],
+        holes=fields["holes"],
+        holes_from=fields["holesFrom"],
+        untold_gaps=fields["untoldGaps"],
     )

@@ -211,6 +211,8 @@ class LiveValidation:
             return None
         found = Rewind(topic, partition, first_offset, part.last_offset, detected_by, detail, part.in_push)
         part.last_offset = first_offset - 1
+        # The offset holes counted before are another log's: no evidence for a gap across.
+        part.holes_from, part.holes = first_offset, 0
         dirty = self._dirty.setdefault(tp, set())
         dirty.add(b"")
         tracker = part.tracker
@@ -298,6 +300,9 @@ class LiveValidation:
         part = self.validator.partitions[tp]
         found = Deletion(topic, partition, validated + 1, log_start - 1, detected_by, detail, part.in_push)
         part.last_offset = log_start - 1
+        # Deleted offsets are no holes: whether compaction had removed records there first
+        # is not known, so a gap across them cannot be told from loss.
+        part.holes_from, part.holes = log_start, 0
         self._dirty.setdefault(tp, set()).add(b"")
         self.behind_deletions.note(found, part.tracker.segments)
         return found

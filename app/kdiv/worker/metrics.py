@@ -35,6 +35,12 @@ class WorkerCollector:
             labels=[*_TP, "class"],
         )
         untracked = CounterMetricFamily("kdiv_records_untracked", "Records without a div header", labels=_TP)
+        untold = CounterMetricFamily(
+            "kdiv_compaction_gaps_untold",
+            "Gaps in a compacted topic reported MISSING because the offset holes that would show compaction "
+            "made them are not known (compaction or loss, which cannot be told), per partition",
+            labels=_TP,
+        )
         producers = GaugeMetricFamily("kdiv_producers_tracked", "Producers with state, per partition", labels=_TP)
         in_push = GaugeMetricFamily("kdiv_partition_in_push", "1 between START_OF_PUSH and END_OF_PUSH", labels=_TP)
         push_failed = GaugeMetricFamily("kdiv_push_failed", "1 when the last push had a fatal fault", labels=_TP)
@@ -71,6 +77,8 @@ class WorkerCollector:
                     untracked.add_metric(labels, count)
                 else:
                     faults.add_metric([*labels, verdict.value], count)
+            if part.untold_gaps:
+                untold.add_metric(labels, part.untold_gaps)
             producers.add_metric(labels, len(part.tracker.segments))
             in_push.add_metric(labels, int(part.in_push))
             push_failed.add_metric(labels, int(part.push_failed))
@@ -83,7 +91,19 @@ class WorkerCollector:
             if measured.lag is not None:
                 lag.add_metric(labels, measured.lag)
                 lag_age.add_metric(labels, (measured.lag_age_ms or 0) / 1000)
-        yield from (validated, faults, untracked, producers, in_push, push_failed, lag, lag_age, stalled, recovering)
+        yield from (
+            validated,
+            faults,
+            untracked,
+            untold,
+            producers,
+            in_push,
+            push_failed,
+            lag,
+            lag_age,
+            stalled,
+            recovering,
+        )
 
         rows = CounterMetricFamily(
             "kdiv_changefeed_rows",
