@@ -289,7 +289,7 @@ def test_gaps_that_cannot_be_told_are_counted_in_the_metrics():
         assigned_partitions=lambda: [("t", 0)],
         is_loaded=lambda topic, partition: True,
         changefeed_topics=(),
-        partition_progress=lambda: [],
+        partition_progress=list,
     )
     families = {family.name: family for family in islice(WorkerCollector(worker).collect(), 11)}
     (sample,) = families["kdiv_compaction_gaps_untold"].samples
