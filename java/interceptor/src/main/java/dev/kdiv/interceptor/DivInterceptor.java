@@ -6,7 +6,6 @@ import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -37,8 +36,9 @@ import org.apache.kafka.common.utils.Utils;
  * An interceptor sees records before serialization and partitioning, so it serializes the
  * key and value with its own instances of the producer's configured serializers (which must
  * be deterministic) and, for a record without a partition, chooses it as the producer's
- * default partitioner would for a keyed record (murmur2 of the key bytes), round-robin for an
- * unkeyed one, and sends the record to that partition explicitly.
+ * default partitioner would for a keyed record (murmur2 of the key bytes), for an unkeyed one
+ * a partition it sticks to for about a batch of records (`batch.size`), and sends the record
+ * to that partition explicitly.
  */
 public final class DivInterceptor implements ProducerInterceptor<Object, Object> {
     public static final String METADATA_TIMEOUT_MS = "kdiv.metadata.timeout.ms";
@@ -49,13 +49,15 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
     private final byte[] guid = randomGuid();
     private final Map<TopicPartition, PartitionState> partitions = new ConcurrentHashMap<>();
     private final Map<String, PartitionCount> partitionCounts = new ConcurrentHashMap<>();
-    private final Map<String, AtomicInteger> roundRobin = new ConcurrentHashMap<>();
+    private final Map<String, StickyPartition> unkeyed = new ConcurrentHashMap<>();
     private Serializer<Object> keySerializer;
     private Serializer<Object> valueSerializer;
     private Map<String, Object> adminConfigs;
     private Admin admin;
     private long metadataTimeoutMs = DEFAULT_METADATA_TIMEOUT_MS;
     private long metadataMaxAgeMs = DEFAULT_METADATA_MAX_AGE_MS;
+    private int batchSize = DEFAULT_BATCH_SIZE;
+    private static final int DEFAULT_BATCH_SIZE = 16_384;
 
     private record PartitionCount(int count, long fetchedAtMs) {}
 
@@ -65,6 +67,8 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
         valueSerializer = serializer(configs, ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, false);
         metadataTimeoutMs = positiveLong(configs, METADATA_TIMEOUT_MS, DEFAULT_METADATA_TIMEOUT_MS);
         metadataMaxAgeMs = positiveLong(configs, METADATA_MAX_AGE_MS, DEFAULT_METADATA_MAX_AGE_MS);
+        batchSize = (int) Math.min(Integer.MAX_VALUE,
+                positiveLong(configs, ProducerConfig.BATCH_SIZE_CONFIG, DEFAULT_BATCH_SIZE));
         // The admin client reaches the producer's cluster the way the producer does (bootstrap,
         // security); it is created on the first record without a partition.
         adminConfigs = new HashMap<>();
@@ -99,7 +103,7 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
         byte[] value = valueSerializer.serialize(topic, new RecordHeaders(headers.toArray()), record.value());
         Integer partition = record.partition();
         if (partition == null) {
-            partition = choosePartition(topic, key);
+            partition = choosePartition(topic, key, value);
         }
         long crc = DivHeader.recordCrc(DivHeader.KIND_DATA, key, value);
         PartitionState state = partitions.computeIfAbsent(new TopicPartition(topic, partition), tp -> new PartitionState());
@@ -123,14 +127,33 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
         Utils.closeQuietly(valueSerializer, "kdiv value serializer");
     }
 
-    private int choosePartition(String topic, byte[] key) {
+    private int choosePartition(String topic, byte[] key, byte[] value) {
         int count = partitionCount(topic);
         if (key == null) {
-            int next = roundRobin.computeIfAbsent(topic, t -> new AtomicInteger()).getAndIncrement();
-            return Utils.toPositive(next) % count;
+            int bytes = value == null ? 0 : value.length;
+            return unkeyed.computeIfAbsent(topic, t -> new StickyPartition()).next(count, bytes, batchSize);
         }
         // The producer's default partitioner's choice for a keyed record (BuiltInPartitioner).
         return Utils.toPositive(Utils.murmur2(key)) % count;
+    }
+
+    /**
+     * Unkeyed records stick to one partition until about a batch (`batch.size`) of their bytes
+     * went there, then move to the next, as the default partitioner's sticky choice does, so
+     * batches stay full.
+     */
+    private static final class StickyPartition {
+        private int partition = -1;
+        private long bytes;
+
+        synchronized int next(int count, int recordBytes, int batchSize) {
+            if (partition < 0 || partition >= count || bytes >= batchSize) {
+                partition = partition < 0 ? (int) (Math.random() * count) : (partition + 1) % count;
+                bytes = 0;
+            }
+            bytes += recordBytes;
+            return partition;
+        }
     }
 
     private int partitionCount(String topic) {
