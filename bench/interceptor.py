@@ -1,7 +1,7 @@
 """The Java interceptor's cost: Apache Kafka's ProducerPerformance with and without it.
 
     python bench/interceptor.py [--records N] [--record-size B] [--partitions K] [--repeat R]
-                                [--bootstrap HOST:PORT]
+                                [--bootstrap HOST:PORT] [--cpu]
 
 One run: start Apache Kafka (kdiv.dev.broker, unless --bootstrap or KDIV_BOOTSTRAP names one),
 then R rounds, each running `org.apache.kafka.tools.ProducerPerformance` (kafka-tools 4.4.0,
@@ -11,6 +11,10 @@ bytes at full speed (--throughput -1, acks=all, the tool's defaults otherwise): 
 The order alternates per round so neither side always runs on a warmer broker. Prints the
 records/s ProducerPerformance reports for each, the medians and the ratio
 interceptor/plain; absolute figures depend on the machine, the ratio is the figure to watch.
+
+--cpu measures the interceptor's CPU cost alone, without a broker: bench/InterceptorCost.java
+calls `onSend` on N records with a partition (no metadata lookup) and prints ns/record
+against the baseline of building and serializing the same records, per round, in one JVM.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import os
 import re
 import statistics
+import subprocess
 import sys
 import uuid
 
@@ -28,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "app"))
 
 from kdiv.dev.broker import KafkaCluster
 from kdiv.dev.demo import ensure_topic
-from tests.harness.kafka_tools import PRODUCER_PERFORMANCE, interceptor_properties, run_tool
+from tests.harness.kafka_tools import PRODUCER_PERFORMANCE, interceptor_properties, run_tool, tool_command
 
 _SUMMARY = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
 
@@ -62,7 +67,13 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--bootstrap", default=os.environ.get("KDIV_BOOTSTRAP"))
+    parser.add_argument("--cpu", action="store_true", help="onSend's CPU cost alone, no broker")
     args = parser.parse_args()
+    if args.cpu:
+        source = os.path.join(os.path.dirname(__file__), "InterceptorCost.java")
+        command = tool_command(source, str(args.records), str(args.record_size), str(args.repeat))
+        subprocess.run(command, check=True, timeout=600)
+        return
     broker = None
     try:
         if args.bootstrap:

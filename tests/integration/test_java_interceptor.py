@@ -23,9 +23,9 @@ pytestmark = pytest.mark.broker
 PARTITIONS = 3
 
 
-def console_produce(bootstrap: str, topic: str, lines: list[str], *, keyed: bool) -> None:
+def console_produce(bootstrap: str, topic: str, lines: list[str], *, keyed: bool, **properties: str) -> None:
     args = ["--bootstrap-server", bootstrap, "--topic", topic]
-    for name, value in interceptor_properties().items():
+    for name, value in {**interceptor_properties(), **properties}.items():
         args += ["--producer-property", f"{name}={value}"]
     if keyed:
         args += ["--reader-property", "parse.key=true", "--reader-property", "key.separator=:"]
@@ -57,7 +57,8 @@ def test_console_producer_records_validate_and_a_planted_fault_is_reported_exact
     unkeyed = [f"unkeyed-{i}" for i in range(20)]
     console_produce(bootstrap, topic, keyed, keyed=True)
     # A second run is a restarted producer: a new GUID, its segments opened anew.
-    console_produce(bootstrap, topic, unkeyed, keyed=False)
+    # Its batches are tiny, so its unkeyed records move on to the next partition every few.
+    console_produce(bootstrap, topic, unkeyed, keyed=False, **{"batch.size": "64"})
 
     records = snapshot(bootstrap, topic)
     assert len(records) == len(keyed) + len(unkeyed)
@@ -76,7 +77,8 @@ def test_console_producer_records_validate_and_a_planted_fault_is_reported_exact
         seqs[(header.guid, record.partition)].append(header.seq)
     for seen in seqs.values():
         assert seen == list(range(len(seen)))
-    # Unkeyed records go round robin: every partition has some of the second producer's.
+    # Unkeyed records stick to a partition for about a batch (batch.size): with 64-byte
+    # batches, every partition has some of the second producer's.
     assert len({p for (g, p) in seqs if guids[g] == len(unkeyed)}) == PARTITIONS
 
     checked, lines = dump_and_check(bootstrap, topic, tmp_path)
