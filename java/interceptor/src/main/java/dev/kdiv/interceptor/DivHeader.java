@@ -19,19 +19,26 @@ public final class DivHeader {
     /** CRC32 (IEEE) over kind byte, int32 key length (-1 if null), key, int32 value length, value. */
     public static long recordCrc(byte kind, byte[] key, byte[] value) {
         CRC32 crc = new CRC32();
-        ByteBuffer lengths = ByteBuffer.allocate(5);
-        lengths.put(kind).putInt(key == null ? -1 : key.length);
-        crc.update(lengths.array(), 0, 5);
+        byte[] lengths = new byte[5];
+        lengths[0] = kind;
+        putInt(lengths, 1, key == null ? -1 : key.length);
+        crc.update(lengths, 0, 5);
         if (key != null) {
             crc.update(key);
         }
-        lengths.clear();
-        lengths.putInt(value == null ? -1 : value.length);
-        crc.update(lengths.array(), 0, 4);
+        putInt(lengths, 0, value == null ? -1 : value.length);
+        crc.update(lengths, 0, 4);
         if (value != null) {
             crc.update(value);
         }
         return crc.getValue();
+    }
+
+    private static void putInt(byte[] into, int at, int value) {
+        into[at] = (byte) (value >>> 24);
+        into[at + 1] = (byte) (value >>> 16);
+        into[at + 2] = (byte) (value >>> 8);
+        into[at + 3] = (byte) value;
     }
 
     /** The header's bytes; `guid` is 16 bytes, `segment` and `seq` unsigned 32-bit. */

@@ -99,8 +99,11 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
             return record;
         }
         String topic = record.topic();
-        byte[] key = keySerializer.serialize(topic, new RecordHeaders(headers.toArray()), record.key());
-        byte[] value = valueSerializer.serialize(topic, new RecordHeaders(headers.toArray()), record.value());
+        // A copy: headers a serializer adds here must not reach the record (the producer's own
+        // serializer call adds them again).
+        Headers scratch = new RecordHeaders(headers.toArray());
+        byte[] key = keySerializer.serialize(topic, scratch, record.key());
+        byte[] value = valueSerializer.serialize(topic, scratch, record.value());
         Integer partition = record.partition();
         if (partition == null) {
             partition = choosePartition(topic, key, value);
