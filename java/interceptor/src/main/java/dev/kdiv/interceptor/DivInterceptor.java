@@ -58,6 +58,7 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
     private long metadataMaxAgeMs = DEFAULT_METADATA_MAX_AGE_MS;
     private int batchSize = DEFAULT_BATCH_SIZE;
     private static final int DEFAULT_BATCH_SIZE = 16_384;
+    private static final int RECORD_FRAMING_BYTES = 24;
 
     private record PartitionCount(int count, long fetchedAtMs) {}
 
@@ -133,7 +134,9 @@ public final class DivInterceptor implements ProducerInterceptor<Object, Object>
     private int choosePartition(String topic, byte[] key, byte[] value) {
         int count = partitionCount(topic);
         if (key == null) {
-            int bytes = value == null ? 0 : value.length;
+            // What the record takes in a batch: its value, the `div` header and the record's
+            // framing (varints, attributes), so that batches fill before the switch.
+            int bytes = (value == null ? 0 : value.length) + DivHeader.SIZE + RECORD_FRAMING_BYTES;
             return unkeyed.computeIfAbsent(topic, t -> new StickyPartition()).next(count, bytes, batchSize);
         }
         // The producer's default partitioner's choice for a keyed record (BuiltInPartitioner).
