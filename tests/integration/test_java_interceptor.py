@@ -1,10 +1,12 @@
 """kdiv's Java producer interceptor on Apache Kafka's own producers (kafka-console-producer,
-ProducerPerformance), their records validated by `kdiv check` (docs/java-producers.md)."""
+ProducerPerformance), their records validated by `kdiv check` and the live worker
+(docs/java-producers.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections import Counter, defaultdict
 
 import pytest
@@ -16,7 +18,10 @@ from kdiv.cli import main
 from kdiv.div.wire import HEADER_NAME, IMPLICIT_SEGMENT_VERSION, Kind, decode, encode, record_crc
 from kdiv.kafka.consume import read_snapshot
 from tests.conftest import run_coroutine
+from tests.harness.broker import read_incidents, wait_until_caught_up
 from tests.harness.kafka_tools import CONSOLE_PRODUCER, PRODUCER_PERFORMANCE, interceptor_properties, run_tool
+from tests.harness.oracle import incident_differences, oracle
+from tests.harness.processes import WorkerProcess
 
 pytestmark = pytest.mark.broker
 
@@ -49,6 +54,50 @@ def dump_and_check(bootstrap: str, topic: str, tmp_path, *args: str):
 
 def headers_of(records):
     return [decode(dict(r.headers)[HEADER_NAME]) for r in records]
+
+
+PLANTED_VERDICTS = ["DUPLICATE", "DIVERGENT", "CORRUPT", "MISSING"]
+
+
+def plant_faults(bootstrap: str, topic: str, records, headers) -> list[tuple[int, int]]:
+    """Faults written with a Python producer after the interceptor's records; their
+    (partition, offset), to be judged PLANTED_VERDICTS."""
+    # Planted, in one partition of the first producer: a record sent again as it was (a
+    # retry); one sent again under its seq with other bytes and their CRC (within the seqs
+    # whose CRCs kdiv keeps, KDIV_SEQ_WINDOW); the next seq with a CRC its bytes do not have;
+    # then a seq one past the next (one record lost).
+    first_guid = headers[0].guid
+    group = [
+        (r, h)
+        for r, h in zip(records, headers, strict=True)
+        if h.guid == first_guid and r.partition == records[0].partition
+    ]
+    (resent, _), (altered, altered_header), (last, last_header) = group[3], group[-2], group[-1]
+
+    def stamped(header, key, value, crc_of=None):
+        crc = record_crc(Kind.DATA, key, value if crc_of is None else crc_of)
+        return (key, value, [(HEADER_NAME, encode(header._replace(crc=crc)))])
+
+    plants = [
+        (resent.key, resent.value, list(resent.headers)),
+        stamped(altered_header, altered.key, b"other bytes"),
+        stamped(last_header._replace(seq=last_header.seq + 1), last.key, b"corrupted", crc_of=b"intact"),
+        stamped(last_header._replace(seq=last_header.seq + 3), last.key, b"after a lost one"),
+    ]
+
+    async def plant():
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            sent = [
+                await producer.send_and_wait(topic, value, key, resent.partition, headers=plant_headers)
+                for key, value, plant_headers in plants
+            ]
+        finally:
+            await asyncio.wait_for(producer.stop(), 30)
+        return [(m.partition, m.offset) for m in sent]
+
+    return run_coroutine(plant())
 
 
 def test_console_producer_records_validate_and_a_planted_fault_is_reported_exactly(bootstrap, topic_factory, tmp_path):
@@ -87,46 +136,11 @@ def test_console_producer_records_validate_and_a_planted_fault_is_reported_exact
     assert f"{total} records (OK {total}); 0 faults, 0 fatal" in checked.stderr
     assert Counter(line["verdict"] for line in lines) == {"OK": total}
 
-    # Planted, in one partition of the first producer: a record sent again as it was (a
-    # retry); one sent again under its seq with other bytes and their CRC (within the seqs
-    # whose CRCs kdiv keeps, KDIV_SEQ_WINDOW); the next seq with a CRC its bytes do not have;
-    # then a seq one past the next (one record lost).
-    first_guid = headers[0].guid
-    group = [
-        (r, h)
-        for r, h in zip(records, headers, strict=True)
-        if h.guid == first_guid and r.partition == records[0].partition
-    ]
-    (resent, _), (altered, altered_header), (last, last_header) = group[3], group[-2], group[-1]
-
-    def stamped(header, key, value, crc_of=None):
-        crc = record_crc(Kind.DATA, key, value if crc_of is None else crc_of)
-        return (key, value, [(HEADER_NAME, encode(header._replace(crc=crc)))])
-
-    plants = [
-        (resent.key, resent.value, list(resent.headers)),
-        stamped(altered_header, altered.key, b"other bytes"),
-        stamped(last_header._replace(seq=last_header.seq + 1), last.key, b"corrupted", crc_of=b"intact"),
-        stamped(last_header._replace(seq=last_header.seq + 3), last.key, b"after a lost one"),
-    ]
-
-    async def plant():
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-        await producer.start()
-        try:
-            sent = [
-                await producer.send_and_wait(topic, value, key, resent.partition, headers=plant_headers)
-                for key, value, plant_headers in plants
-            ]
-        finally:
-            await asyncio.wait_for(producer.stop(), 30)
-        return [(m.partition, m.offset) for m in sent]
-
-    planted = run_coroutine(plant())
+    planted = plant_faults(bootstrap, topic, records, headers)
     checked, lines = dump_and_check(bootstrap, topic, tmp_path)
     assert checked.exit_code == 1, checked.stderr
     faults = {(line["partition"], line["offset"]): line["verdict"] for line in lines if line["verdict"] != "OK"}
-    assert faults == dict(zip(planted, ["DUPLICATE", "DIVERGENT", "CORRUPT", "MISSING"], strict=True)), faults
+    assert faults == dict(zip(planted, PLANTED_VERDICTS, strict=True)), faults
     assert f"{total + 4} records (OK {total}, " in checked.stderr and "; 4 faults, 0 fatal" in checked.stderr
 
 
@@ -151,3 +165,24 @@ def test_producer_performance_records_validate(bootstrap, topic_factory, tmp_pat
     assert checked.exit_code == 0, checked.stderr
     assert f"{n} records (OK {n}); 0 faults, 0 fatal" in checked.stderr
     assert len({line["producer"] for line in lines}) == 1
+
+
+async def test_the_live_worker_reports_exactly_the_planted_faults(bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(PARTITIONS)
+    await asyncio.to_thread(
+        console_produce, bootstrap, topic, [f"key-{i % 7}:value-{i}" for i in range(40)], keyed=True
+    )
+    records = [record async for record in read_snapshot(bootstrap, topic)]
+    planted = await asyncio.to_thread(plant_faults, bootstrap, topic, records, headers_of(records))
+    app_id = f"java-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess("java", bootstrap=bootstrap, topics=[topic], app_id=app_id, workdir=tmp_path)
+    try:
+        worker.start()
+        await worker.wait_ready()
+        await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=90)
+        live = await read_incidents(bootstrap, app_id)
+        assert incident_differences(await oracle(bootstrap, topic), live) == []
+        found = {(i[-1].partition, i[-1].offset): i[-1].verdict for i in live.values()}
+        assert found == dict(zip(planted, PLANTED_VERDICTS, strict=True)), found
+    finally:
+        worker.terminate()
