@@ -694,18 +694,21 @@ def wait_for_broker(bootstrap: str, timeout: float) -> None:
 @main.command("fetch-jars")
 @click.option("--maven", default="mvn", show_default=True, help="The Maven executable.")
 def fetch_jars(maven: str) -> None:
-    """Fetch the Java components kdiv runs (Apache Kafka's broker, Spark's kafka connector for the
-    nightly job, Apicurio Registry for the registry tests) into kdiv's cache, with Maven.
+    """Fetch the Java components kdiv runs (Apache Kafka's broker and command-line tools, Spark's
+    kafka connector for the nightly job, Apicurio Registry for the registry tests) into kdiv's
+    cache, with Maven, and build kdiv's Java producer interceptor there.
 
     The one step that downloads; run it once after installing kdiv. Prints each bundle's directory.
     """
     from kdiv.maven import BUNDLES, JarsError
+    from kdiv.maven.interceptor import build_interceptor
 
-    for bundle in BUNDLES:
-        try:
+    try:
+        for bundle in BUNDLES:
             click.echo(bundle.fetch(maven))
-        except JarsError as failed:
-            raise CommandFailed(str(failed)) from None
+        click.echo(build_interceptor(maven))
+    except JarsError as failed:
+        raise CommandFailed(str(failed)) from None
 
 
 @main.command()

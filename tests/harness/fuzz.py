@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from kdiv.div.stamper import DivStamper, OutgoingRecord
-from kdiv.div.wire import COMMON_SIZE, HEADER_NAME, Kind
+from kdiv.div.wire import COMMON_SIZE, DATA_VERSIONS, HEADER_NAME, Kind
 
 WELL_FORMED_GUID = uuid.UUID("00000000-0000-4000-8000-0000000000ff").bytes
 NOW = 1_700_000_000_000
@@ -63,7 +63,8 @@ def fuzz_stream(count: int, seed: int, topic: str = "fuzz", partition: int = 0) 
         elif mutation == "huge":
             headers = ((HEADER_NAME, raw + rng.randbytes(rng.randrange(1, 2048))),)
         elif mutation == "version":
-            headers = ((HEADER_NAME, bytes([rng.choice([b for b in range(256) if b != raw[0]])]) + raw[1:]),)
+            # Neither 1 nor 2 (an implicit segment's DATA, which decodes).
+            headers = ((HEADER_NAME, bytes([rng.choice([b for b in range(256) if b not in DATA_VERSIONS])]) + raw[1:]),)
         elif mutation == "kind":
             codes = {int(k) for k in Kind}
             headers = (

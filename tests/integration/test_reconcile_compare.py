@@ -188,7 +188,9 @@ def test_spark_reads_div_headers_by_the_validators_rule(spark):
     good = {"sos": sos.headers[-1][1], "data": data.headers[-1][1], "eos": eos.headers[-1][1]}
     bad_type = good["sos"][:-1] + b"\x02"
     bad_flag = good["eos"][:-1] + b"\x07"
-    other_version = b"\x02" + good["data"][1:]
+    implicit_segment = b"\x02" + good["data"][1:]  # format version 2: readable, DATA
+    implicit_control = b"\x02" + good["sos"][1:]
+    other_version = b"\x03" + good["data"][1:]
     unknown_kind = good["data"][:1] + struct.pack(">B", 9) + good["data"][2:]
     cases = [
         (),
@@ -202,6 +204,9 @@ def test_spark_reads_div_headers_by_the_validators_rule(spark):
         ((HEADER_NAME, good["data"] + b"\x00"),),
         ((HEADER_NAME, bad_type),),
         ((HEADER_NAME, bad_flag),),
+        ((HEADER_NAME, implicit_segment),),
+        ((HEADER_NAME, implicit_control),),
+        ((HEADER_NAME, implicit_segment + b"\x00"),),
         ((HEADER_NAME, other_version),),
         ((HEADER_NAME, unknown_kind),),
         (("other", b"x"), (HEADER_NAME, good["data"])),

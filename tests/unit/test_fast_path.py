@@ -4,6 +4,7 @@ and every reader of DIV metadata follows the one header rule."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,13 +14,19 @@ from kdiv.div.record import ConsumedRecord
 from kdiv.div.segment import as_segment
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
-from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, readable_div_header, scan_div_header
+from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, encode, readable_div_header, scan_div_header
 from kdiv.state.codec import encode_partition, encode_segment
 from kdiv.worker.live import _producer_of
 
 TOPIC = "orders"
 NOW = 1_700_000_000_000
 MUTATIONS = ("keep", "drop", "duplicate", "swap", "corrupt_value", "corrupt_header", "second_header", "null_header")
+
+
+def as_implicit(record):
+    """The record as kdiv's Java interceptor would stamp it: its DATA header as format version 2."""
+    header = readable_div_header(record.headers)._replace(implicit_segment=True)
+    return replace(record, headers=((HEADER_NAME, encode(header)),))
 
 
 @st.composite
@@ -35,6 +42,7 @@ def mutated_streams(draw):
         )
         for i in range(draw(st.integers(1, 3)))
     ]
+    implicit = draw(st.booleans())
     for n in range(draw(st.integers(1, 60))):
         stamper = draw(st.sampled_from(stampers))
         partition = draw(st.integers(0, 1))
@@ -46,6 +54,9 @@ def mutated_streams(draw):
         else:
             kind = draw(st.sampled_from([Kind.START_OF_PUSH, Kind.END_OF_PUSH]))
             out = stamper.control(TOPIC, partition, kind, NOW + n)
+        if implicit and stamper is stampers[0]:
+            # This producer stamps implicit segments (format version 2): DATA only.
+            out = [as_implicit(record) for record in out if readable_div_header(record.headers).kind == Kind.DATA]
         for record in out:
             records.append(
                 ConsumedRecord(

@@ -62,6 +62,7 @@ def test_control_key_is_guid_segment_seq_big_endian():
         (DivHeader(Kind.END_OF_SEGMENT, GUID_A, 0, 5, 0, 0, segment_checksum=0, final_segment=False), EOS_SIZE),
         (DivHeader(Kind.START_OF_PUSH, GUID_A, 0, 1, 0, 0), COMMON_SIZE),
         (DivHeader(Kind.END_OF_PUSH, GUID_A, 0, 2, 0, 0), COMMON_SIZE),
+        (DivHeader(Kind.DATA, GUID_A, 0, 0, 7, 0xCAFE, implicit_segment=True), COMMON_SIZE),
     ],
 )
 def test_round_trip(header, size):
@@ -107,7 +108,9 @@ EOS = encode(DivHeader(Kind.END_OF_SEGMENT, GUID_A, 0, 2, 0, 0, segment_checksum
         (DATA + b"\x00", "kind DATA is 39 bytes, expected 38"),
         (SOS[:-1], "kind START_OF_SEGMENT is 38 bytes, expected 39"),
         (EOS[:-1], "kind END_OF_SEGMENT is 46 bytes, expected 47"),
-        (b"\x02" + DATA[1:], "format version 2"),
+        (b"\x03" + DATA[1:], "format version 3 is neither 1 nor 2"),
+        (b"\x02" + SOS[1:], "format version 2 has kind 1, not 0"),
+        (b"\x02" + DATA[1:] + b"\x00", "format version 2 is 39 bytes, expected 38"),
         (DATA[:1] + b"\x05" + DATA[2:], "kind 5 is unknown"),
         (SOS[:-1] + b"\x01", "checksum type 1"),
         (EOS[:-1] + b"\x02", "final-segment flag 2"),
@@ -116,3 +119,14 @@ EOS = encode(DivHeader(Kind.END_OF_SEGMENT, GUID_A, 0, 2, 0, 0, segment_checksum
 def test_malformed_headers_say_what_is_wrong(raw, message):
     with pytest.raises(MalformedHeader, match=message):
         decode(raw)
+
+
+def test_implicit_segment_header_is_version_1_data_layout_with_version_2():
+    plain = encode(DivHeader(Kind.DATA, GUID_A, 4, 9, 11, 0xA1A2A3A4))
+    implicit = encode(DivHeader(Kind.DATA, GUID_A, 4, 9, 11, 0xA1A2A3A4, implicit_segment=True))
+    assert implicit[0] == 2 and implicit[1:] == plain[1:]
+
+
+def test_implicit_segment_holds_data_only():
+    with pytest.raises(ValueError, match="DATA records only"):
+        encode(DivHeader(Kind.END_OF_PUSH, GUID_A, 0, 0, 0, 0, implicit_segment=True))

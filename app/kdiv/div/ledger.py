@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kdiv.div.record import FetchedRecord
 from kdiv.div.wire import (
     COMMON_SIZE,
-    FORMAT_VERSION,
+    DATA_VERSIONS,
     Kind,
     readable_div_header,
     record_crc,
@@ -135,7 +135,7 @@ def packed_key_validation_of(record: FetchedRecord, _pack=_PACKED.pack) -> bytes
     if key is None:
         return None
     found, raw = scan_div_header(record.headers)
-    if found == 1 and raw is not None and len(raw) == COMMON_SIZE and raw[0] == FORMAT_VERSION and raw[1] == _DATA:
+    if found == 1 and raw is not None and len(raw) == COMMON_SIZE and raw[0] in DATA_VERSIONS and raw[1] == _DATA:
         _version, _kind, guid, segment, seq, _ts, _crc = unpack_common(raw)
         flags = DATA_FLAGS if value is not None else TOMBSTONE_FLAGS
         return _pack(record.offset, record.timestamp, record_crc(_DATA, key, value), flags, guid, segment, seq)

@@ -11,6 +11,12 @@ Tolerance is injected, never decided here. Two kinds, as the product defines the
   state past a reported fault.
 - `tolerate()`: may a sequence gap, an END_OF_SEGMENT checksum mismatch or data after a
   finalised segment be excused? Evaluated lazily, only by branches that need it.
+
+Implicit segments (format version 2, docs/java-producers.md) are kdiv's, not Venice's: a
+segment without START_OF_SEGMENT or END_OF_SEGMENT, opened by whichever of its records is seen
+first. Unless `implicit_segments` is off (Venice's semantics), that record registers it, so
+later gaps are MISSING as in a segment whose START_OF_SEGMENT was seen; off, its records are
+judged as Venice judges data without START_OF_SEGMENT.
 """
 
 from __future__ import annotations
@@ -40,11 +46,13 @@ def _never() -> bool:
 class PartitionTracker:
     """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
 
-    __slots__ = ("_unpacked", "segments", "window")
+    __slots__ = ("_unpacked", "implicit_segments", "segments", "window")
 
-    def __init__(self, window: int = 0) -> None:
+    def __init__(self, window: int = 0, implicit_segments: bool = True) -> None:
         # Seqs per producer whose CRCs the exact accounting keeps (`kdiv.div.exact`); 0: off.
         self.window = window
+        # Does the first record seen of an implicit segment register it (module docstring)?
+        self.implicit_segments = implicit_segments
         # A producer idle since the last checkpoint is kept packed (`Segment.pack`): a
         # million producer states fit in a fraction of the memory. Read entries with
         # `segment`, or `as_segment` when only looking.
@@ -166,6 +174,15 @@ class PartitionTracker:
         if incoming == prev.segment_number + 1 and prev.ended:
             # A clean rollover must open with START_OF_SEGMENT, even after the push.
             return self._initialize_new_segment(h, eop, tolerate_any=False, first_seen_ts=prev.first_seen_ts)
+        if (
+            incoming == prev.segment_number + 1
+            and h.implicit_segment
+            and h.seq == 0
+            and prev.sequence_number == _SEQ_BITS
+            and self.implicit_segments
+        ):
+            # An implicit segment rolls over when its seqs run out, with no END_OF_SEGMENT.
+            return self._initialize_new_segment(h, eop, tolerate_any=True, first_seen_ts=prev.first_seen_ts)
         if incoming > prev.segment_number:
             if tolerate_jump:
                 return self._initialize_new_segment(h, eop, tolerate_any=True, first_seen_ts=prev.first_seen_ts)
@@ -193,6 +210,13 @@ class PartitionTracker:
         self._unpacked[h.guid] = -1
         if registered:
             segment.registered = True
+        elif h.implicit_segment and self.implicit_segments:
+            # Its start is its first record: seq 0 opens it cleanly; a later seq is a
+            # producer first seen mid-segment (its earlier records e.g. past retention), judged
+            # as any such producer, and its later gaps are MISSING all the same.
+            segment.registered = True
+            if h.seq != 0:
+                _handle_unregistered(h, eop, tolerate_any)
         else:
             _handle_unregistered(h, eop, tolerate_any)
         return segment

@@ -32,7 +32,7 @@ from kdiv.div.segment import Segment, last_offset, last_producer_ts
 from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
     COMMON_SIZE,
-    FORMAT_VERSION,
+    DATA_VERSIONS,
     HEADER_NAME,
     DivHeader,
     Kind,
@@ -192,7 +192,7 @@ class DataIntegrityValidator:
         state = self.partitions.get(key)
         if state is None:
             state = self.partitions[key] = PartitionValidation(
-                tracker=PartitionTracker(self.window), in_push=self._start_in_push
+                tracker=PartitionTracker(self.window, self._exact), in_push=self._start_in_push
             )
         return state
 
@@ -201,6 +201,7 @@ class DataIntegrityValidator:
     ) -> None:
         """Install saved state (e.g. from a changelog), replacing what the partition had."""
         state.tracker.window = self.window
+        state.tracker.implicit_segments = self._exact
         state.tracker.install(producers)
         self.partitions[(topic, partition)] = state
 
@@ -225,7 +226,7 @@ class DataIntegrityValidator:
         # the header bytes. Anything else takes the full path below.
         if found == 1 and raw is not None and len(raw) == COMMON_SIZE:
             version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
-            if version == FORMAT_VERSION and kind == _DATA:
+            if version in DATA_VERSIONS and kind == _DATA:
                 part = self.partitions.get((record.topic, record.partition))
                 if part is not None:
                     offset = record.offset
@@ -305,7 +306,7 @@ class DataIntegrityValidator:
             if found == 1 and raw is not None:
                 if len(raw) == COMMON_SIZE:
                     version, kind, guid, segment, seq, producer_ts, header_crc = _unpack_common(raw)
-                    if version == FORMAT_VERSION and kind == _DATA:
+                    if version in DATA_VERSIONS and kind == _DATA:
                         crc = record_crc(_DATA, record.key, record.value)
                         # The partition's holes with this record's (offsets only grow here).
                         at = holes + offset - last - 1 if last >= 0 else holes

@@ -1,8 +1,8 @@
-"""The `div` record header, version 1: the only place that knows its byte layout.
+"""The `div` record header, versions 1 and 2: the only place that knows its byte layout.
 
 Layout (big-endian), documented for users in docs/wire-format.md:
 
-    0   1  format version (1)
+    0   1  format version (1; 2: a DATA record of an implicit segment, see below)
     1   1  kind (see Kind)
     2  16  producer GUID
     18  4  segment number (unsigned)
@@ -11,6 +11,10 @@ Layout (big-endian), documented for users in docs/wire-format.md:
     34  4  record CRC32 over kind, key and value (see record_crc)
     38  1  START_OF_SEGMENT only: checksum type
     38  9  END_OF_SEGMENT only: segment checksum (8, unsigned) and final-segment flag (1)
+
+Version 2 has version 1's layout and only kind DATA: its segment was opened implicitly by
+its first record (seq 0) and no END_OF_SEGMENT will close it, as stamped by producers that
+cannot send control records (kdiv's Java producer interceptor, docs/java-producers.md).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from typing import NamedTuple
 
 HEADER_NAME = "div"
 FORMAT_VERSION = 1
+# A DATA record whose segment has no START_OF_SEGMENT nor END_OF_SEGMENT (module docstring).
+IMPLICIT_SEGMENT_VERSION = 2
+# The versions a DATA header may carry; the fast paths read these without `decode`.
+DATA_VERSIONS = (FORMAT_VERSION, IMPLICIT_SEGMENT_VERSION)
 
 _COMMON_FIELDS = (
     ("version", "B"),
@@ -109,6 +117,7 @@ class DivHeader(NamedTuple):
     checksum_type: ChecksumType | None = None  # START_OF_SEGMENT only
     segment_checksum: int | None = None  # END_OF_SEGMENT only
     final_segment: bool | None = None  # END_OF_SEGMENT only
+    implicit_segment: bool = False  # format version 2: a DATA record of an implicit segment
 
 
 def record_crc(kind: int, key: bytes | None, value: bytes | None, _crc32=zlib.crc32) -> int:
@@ -134,8 +143,10 @@ def control_key(guid: bytes, segment: int, seq: int) -> bytes:
 
 def encode(header: DivHeader) -> bytes:
     """The bytes of a `div` header."""
+    if header.implicit_segment and header.kind != Kind.DATA:
+        raise ValueError(f"an implicit segment holds DATA records only, not {header.kind.name}")
     common = _COMMON.pack(
-        FORMAT_VERSION,
+        IMPLICIT_SEGMENT_VERSION if header.implicit_segment else FORMAT_VERSION,
         header.kind,
         header.guid,
         header.segment,
@@ -190,8 +201,14 @@ def decode(raw: bytes | None) -> DivHeader:
     if size < COMMON_SIZE:
         raise MalformedHeader(f"div header is {size} bytes, shorter than the {COMMON_SIZE}-byte minimum")
     version, kind_code, guid, segment, seq, producer_ts, crc = _COMMON.unpack_from(raw)
+    if version == IMPLICIT_SEGMENT_VERSION:
+        if kind_code != Kind.DATA:
+            raise MalformedHeader(f"div header format version 2 has kind {kind_code}, not 0 (DATA)")
+        if size != COMMON_SIZE:
+            raise MalformedHeader(f"div header of format version 2 is {size} bytes, expected {COMMON_SIZE}")
+        return DivHeader(Kind.DATA, guid, segment, seq, producer_ts, crc, implicit_segment=True)
     if version != FORMAT_VERSION:
-        raise MalformedHeader(f"div header format version {version} is not {FORMAT_VERSION}")
+        raise MalformedHeader(f"div header format version {version} is neither 1 nor 2")
     kind = _KINDS.get(kind_code)
     if kind is None:
         raise MalformedHeader(f"div header kind {kind_code} is unknown")

@@ -160,4 +160,6 @@ class MavenBundle:
 KAFKA_BROKER = MavenBundle("kafka-broker")
 SPARK_KAFKA = MavenBundle("spark-kafka")
 APICURIO_REGISTRY = MavenBundle("apicurio-registry", distribution=True)
-BUNDLES = (KAFKA_BROKER, SPARK_KAFKA, APICURIO_REGISTRY)
+# Apache Kafka's command-line tools, run with kdiv's producer interceptor (kdiv.maven.interceptor).
+KAFKA_TOOLS = MavenBundle("kafka-tools")
+BUNDLES = (KAFKA_BROKER, SPARK_KAFKA, APICURIO_REGISTRY, KAFKA_TOOLS)

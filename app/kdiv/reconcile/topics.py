@@ -18,6 +18,7 @@ from kdiv.div.wire import (
     EOS_FINAL_FLAG_POSITION,
     FORMAT_VERSION,
     HEADER_NAME,
+    IMPLICIT_SEGMENT_VERSION,
     SIZE_BY_KIND,
     SOS_CHECKSUM_TYPE_POSITION,
     ChecksumType,
@@ -61,7 +62,11 @@ def readable_div_header(records_headers: Column) -> Column:
     checksum_types = [int(c) for c in ChecksumType]
     readable = (
         (F.length(raw) >= COMMON_SIZE)
-        & (_field(raw, "version") == FORMAT_VERSION)
+        & (
+            (_field(raw, "version") == FORMAT_VERSION)
+            # Version 2: a DATA record of an implicit segment, version 1's DATA layout.
+            | ((_field(raw, "version") == IMPLICIT_SEGMENT_VERSION) & (kind == int(Kind.DATA)))
+        )
         & (F.length(raw) == expected_size)
         & F.when(
             kind == int(Kind.START_OF_SEGMENT), unsigned_at(raw, SOS_CHECKSUM_TYPE_POSITION).isin(checksum_types)
