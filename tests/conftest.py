@@ -8,6 +8,15 @@ in-memory stand-in instead, for machines without Java; it never stands in unaske
 The registry tests run twice, through `each_registry_url`: on the session's registry
 (kdiv's development registry unless $KDIV_SCHEMA_REGISTRY_URL names one) and on Apicurio
 Registry, a real one, started once from what `kdiv fetch-jars` unpacked.
+
+Each of them starts at the first test that asks for it, not before: tests/unit asks for
+none (tests/unit/conftest.py fails a unit test that does), so it runs without Java.
+`KDIV_TEST_BROKER=none` makes every test that asks for a broker fail at once, to find them.
+
+A run stopped by SIGTERM (or Ctrl-C) stops what it started: SIGTERM is turned into the
+KeyboardInterrupt pytest already stops on, which runs every fixture's teardown; and the
+processes the fixtures and tests/harness start die with this one even if it is killed
+outright (`kdiv.dev.lifetime`).
 """
 
 from __future__ import annotations
@@ -15,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
+import threading
 import uuid
 import warnings
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
 from typing import Any, TypeVar
 
 import pytest
@@ -33,7 +45,22 @@ BOOTSTRAP_ENV = "KDIV_BOOTSTRAP"
 TEST_BROKER_ENV = "KDIV_TEST_BROKER"
 REGISTRY_ENV = "KDIV_SCHEMA_REGISTRY_URL"
 
+# KDIV_TEST_BROKER=none: no broker for this run; a test that asks for one fails, naming itself.
+NO_BROKER = "none"
+
 T = TypeVar("T")
+
+
+def _interrupt_at_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Once: a second SIGTERM while the fixtures tear down ends the run at once, and the
+    # processes they started die with it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt("SIGTERM: stopping the test run and what it started")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt_at_sigterm)
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -60,6 +87,8 @@ def _docker_engine_answers() -> bool:
 def bootstrap() -> Iterator[str]:
     """Bootstrap address ("host:port") of the session's broker."""
     configured = os.environ.get(BOOTSTRAP_ENV)
+    if os.environ.get(TEST_BROKER_ENV) == NO_BROKER:
+        pytest.fail(f"{TEST_BROKER_ENV}={NO_BROKER}: this run has no broker, and this test asks for one", pytrace=False)
     if configured:
         yield configured
     elif _docker_engine_answers():
@@ -92,6 +121,10 @@ def registry_url(bootstrap: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def apicurio_url() -> Iterator[str]:
     """Apicurio Registry's Confluent API base URL, started once from what `kdiv fetch-jars` unpacked."""
+    if os.environ.get(TEST_BROKER_ENV) == NO_BROKER:
+        pytest.fail(
+            f"{TEST_BROKER_ENV}={NO_BROKER}: this run has no registry, and this test asks for one", pytrace=False
+        )
     from kdiv.dev.apicurio import ApicurioRegistry
 
     with ApicurioRegistry() as registry:
@@ -110,11 +143,15 @@ def each_registry_url(registry_kind: str, request: pytest.FixtureRequest) -> str
     return request.getfixturevalue("apicurio_url" if registry_kind == "apicurio" else "registry_url")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _workers_use_the_session_registry(registry_url: str) -> None:
+@pytest.fixture(autouse=True)
+def _workers_use_the_session_registry(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Workers a test starts use the session's registry, started (with the session's broker)
+    when the first worker starts: a test that starts none starts neither."""
     from tests.harness import processes
 
-    processes.REGISTRY_URL = registry_url
+    processes.registry_url_source = lambda: request.getfixturevalue("registry_url")
+    yield
+    processes.registry_url_source = processes.no_registry_url
 
 
 @pytest.fixture(scope="session")

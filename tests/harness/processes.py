@@ -11,8 +11,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from kdiv.dev.lifetime import dies_with_this_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,8 +40,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# The Schema Registry workers use unless given one; conftest sets the session's.
-REGISTRY_URL: str | None = None
+def no_registry_url() -> str | None:
+    return None
+
+
+# Where workers find the Schema Registry they use unless given one: conftest points it at
+# the session's, which starts when it is first asked for.
+registry_url_source: Callable[[], str | None] = no_registry_url
 
 
 class WorkerProcess:
@@ -91,8 +98,10 @@ class WorkerProcess:
             KDIV_SESSION_TIMEOUT_S=str(self.session_timeout_s),
             KDIV_HEARTBEAT_INTERVAL_S=str(self.heartbeat_interval_s),
         )
-        if REGISTRY_URL:
-            env["KDIV_SCHEMA_REGISTRY_URL"] = REGISTRY_URL
+        # Only asked when needed: asking may start the session's registry.
+        registry_url = None if "KDIV_SCHEMA_REGISTRY_URL" in self.extra_env else registry_url_source()
+        if registry_url:
+            env["KDIV_SCHEMA_REGISTRY_URL"] = registry_url
         if self.web_port:
             env.update(KDIV_WEB_ENABLED="true", KDIV_WEB_PORT=str(self.web_port), KDIV_WEB_HOST="127.0.0.1")
         else:
@@ -123,6 +132,7 @@ class WorkerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=dies_with_this_process(),
             )
         self.started_at = time.monotonic()
         return self

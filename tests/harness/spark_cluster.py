@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyspark
 
+from kdiv.dev.lifetime import dies_with_this_process
 from tests.harness.processes import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -52,6 +53,7 @@ class StandaloneCluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=dies_with_this_process(),
         )
         self.processes.append((name, process))
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from kdiv import maven
+from kdiv.dev.lifetime import dies_with_this_process
 from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address, wait_or_kill
 from kdiv.maven import APICURIO_REGISTRY, JarsError
 
@@ -131,6 +132,8 @@ class ApicurioRegistry:
                 stderr=subprocess.STDOUT,
                 # Own session: a Ctrl-C meant for us must not kill the registry before stop().
                 start_new_session=True,
+                # Nobody would stop it once we are gone, even killed outright.
+                preexec_fn=dies_with_this_process(),
             )
         except OSError as exc:
             self.stop()

@@ -17,7 +17,8 @@ Each node's storage is formatted with the cluster's id before its first start. W
 each time; with one, a restart keeps every topic. A temporary directory names the processes
 that use it (`kdiv-broker.pids`: the owner, then its nodes), so one left behind by an owner
 that was killed (SIGKILL leaves no time to remove it) is removed at the next start of a
-cluster, once all of them are gone; `kdiv broker`'s nodes die with it. Nodes can be stopped, killed and started
+cluster, once all of them are gone. The nodes die with the process that started them, even
+one killed outright (`kdiv.dev.lifetime`; on Linux, when started from the main thread). Nodes can be stopped, killed and started
 again one by one (`stop_node`, `kill_node`, `start_node`), for failover tests, and frozen in
 place (`pause_node`, SIGSTOP, and `resume_node`, SIGCONT): a paused node keeps its
 connections and its log but answers nothing, like a broker in a long GC pause or behind a
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import ctypes
 import os
 import shutil
 import signal
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from kdiv import maven
+from kdiv.dev.lifetime import dies_with_this_process
 from kdiv.dev.ports import (
     BrokerError,
     ensure_port_free,
@@ -70,7 +71,6 @@ _TEMPORARY_PREFIX = "kdiv-kafka-"
 PIDS_FILE = "kdiv-broker.pids"
 # `kdiv broker` stops its nodes within this on SIGTERM, before honcho's SIGKILL (5 s after).
 _CLI_STOP_TIMEOUT_S = 3.0
-_PR_SET_PDEATHSIG = 1
 
 # Broker settings for development and tests. Each is something a test or the dev stack
 # needs to see happen within seconds rather than minutes.
@@ -273,8 +273,6 @@ class KafkaCluster:
         self.heap = heap
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._temporary_dir: Path | None = None
-        # Set by run_forever: the nodes are killed by the kernel when this process dies.
-        self._nodes_die_with_owner = False
         self.nodes: list[KafkaNode] = []
         self.cluster_id: str | None = None
 
@@ -422,7 +420,6 @@ class KafkaCluster:
             sig: signal.signal(sig, lambda signum, frame: stop_requested.set())
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
-        self._nodes_die_with_owner = True
         try:
             self.start(inherit_output=True)
             print(self.bootstrap, flush=True)
@@ -611,7 +608,8 @@ class KafkaCluster:
                 stderr=subprocess.STDOUT,
                 # Own session: a Ctrl-C meant for us must not kill the broker before stop().
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self._nodes_die_with_owner else None,
+                # Nobody would stop it once we are gone, even killed outright.
+                preexec_fn=dies_with_this_process(),
             )
         except OSError as exc:
             raise BrokerError(f"cannot run {java}: {exc}") from exc
@@ -693,13 +691,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc: trust the signal
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def _die_with_parent() -> None:
-    """In a node's child process before exec: the kernel SIGKILLs it when its parent dies, so a
-    `kdiv broker` killed outright (honcho's SIGKILL) leaves no broker holding its port."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _read_cluster_id(log_dir: Path) -> str | None:

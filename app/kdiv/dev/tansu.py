@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from kdiv.dev.lifetime import dies_with_this_process
 from kdiv.dev.ports import (
     BrokerError,
     answers_kafka_api_versions,
@@ -225,6 +226,8 @@ class TansuBroker:
                 env=env,
                 # Own session: a Ctrl-C meant for us must not kill the broker before stop().
                 start_new_session=True,
+                # Nobody would stop it once we are gone, even killed outright.
+                preexec_fn=dies_with_this_process(),
             )
         except OSError as exc:
             raise BrokerError(f"cannot run the Tansu binary {binary}: {exc}") from exc

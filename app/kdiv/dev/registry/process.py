@@ -9,6 +9,8 @@ import time
 import urllib.error
 import urllib.request
 
+from kdiv.dev.lifetime import dies_with_this_process
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -45,6 +47,7 @@ class DevRegistryProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=self.env,
+            preexec_fn=dies_with_this_process(),
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
