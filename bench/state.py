@@ -1,6 +1,7 @@
 """Validator state at scale: memory per producer-partition, and the time to load it after a takeover.
 
     python bench/state.py [--producer-partitions 1000000] [--partitions 8] [--max-age-ms 3600000]
+    python bench/state.py --new-producers 200000 [--records-each 1] [--seq-window 8]
 
 Builds the table entries a worker would hold for N producer-partitions (each producer a
 GUID with a mid-segment ADHASH state, as many short-lived producers leave behind) spread over
@@ -12,6 +13,12 @@ K partitions of one topic, then, in this process:
    adds (VmRSS before and after, the entries themselves excluded) per producer-partition;
 3. expiry: records whose timestamps are past KDIV_MAX_AGE_MS of every saved producer, and
    two checkpoints (the first sets the data-relative anchor): how many producer states remain.
+
+With --new-producers N: N producers never seen before, each sending --records-each records,
+validated the way the worker's batch path does (`validate_run`), and the memory the
+partitions' trackers hold per producer-partition (tracemalloc, and VmRSS before and after),
+right after validation and once two checkpoints have packed them as idle, with a breakdown
+of one producer's share by object.
 """
 
 from __future__ import annotations
@@ -21,12 +28,14 @@ import gc
 import random
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from kdiv.div.record import ConsumedRecord  # noqa: E402
 from kdiv.div.segment import Segment  # noqa: E402
 from kdiv.div.stamper import DivStamper  # noqa: E402
 from kdiv.div.validator import DEFAULT_WINDOW, DataIntegrityValidator, PartitionValidation  # noqa: E402
@@ -64,6 +73,98 @@ def table_items(
     return items
 
 
+def new_producer_streams(producers: int, records_each: int, partitions: int) -> dict[int, list[ConsumedRecord]]:
+    """Per partition, the records of `producers` new producers (a START_OF_SEGMENT and
+    `records_each` DATA records each), producer after producer."""
+    rng = random.Random(11)
+    streams: dict[int, list[ConsumedRecord]] = {p: [] for p in range(partitions)}
+    for i in range(producers):
+        partition = i % partitions
+        stream = streams[partition]
+        stamper = DivStamper(rng.randbytes(16))
+        for n in range(records_each):
+            for out in stamper.data(TOPIC, partition, b"k%d" % n, b"v", NOW):
+                stream.append(ConsumedRecord(TOPIC, partition, len(stream), NOW, out.key, out.value, out.headers))
+    return streams
+
+
+def _object_bytes(obj: object, seen: set[int]) -> int:
+    """sys.getsizeof of `obj` and of what it holds (ints, lists, bytes), each object once."""
+    if id(obj) in seen or obj is None or isinstance(obj, bool) or (isinstance(obj, int) and -5 <= obj <= 256):
+        return 0  # shared singletons and small ints cost nothing per producer
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, list):
+        size += sum(_object_bytes(item, seen) for item in obj)
+    elif hasattr(obj, "__slots__") and not isinstance(obj, (bytes, int)):
+        for name in type(obj).__slots__:
+            size += _object_bytes(getattr(obj, name, None), seen)
+    return size
+
+
+def breakdown(tracker: object) -> list[tuple[str, float]]:
+    """One producer's share of its tracker's memory, by object (sys.getsizeof; allocator
+    rounding not included)."""
+    segments = tracker.segments  # type: ignore[attr-defined]
+    n = max(len(segments), 1)
+    guid, state = next(iter(segments.items()))
+    rows: list[tuple[str, float]] = [("GUID key (bytes object)", sys.getsizeof(guid))]
+    if isinstance(state, Segment):
+        seen: set[int] = set()
+        rows.append(("Segment object (slots)", sys.getsizeof(state)))
+        rows.append(("  its int fields", sum(_object_bytes(getattr(state, f), seen) for f in Segment.__slots__ if f != "recent")))
+        rows.append(("  the seq window (list and its ints)", _object_bytes(state.recent, seen)))
+    else:
+        rows.append(("packed state (bytes object)", sys.getsizeof(state)))
+    for name in ("segments", "_unpacked", "_active", "_packed"):
+        table = getattr(tracker, name, None)
+        if isinstance(table, dict) and table:
+            rows.append((f"tracker.{name}: dict share", sys.getsizeof(table) / n))
+    return rows
+
+
+def measure_new_producers(producers: int, records_each: int, partitions: int, window: int) -> None:
+    streams = new_producer_streams(producers, records_each, partitions)
+    validator = DataIntegrityValidator(window=window)
+    gc.collect()
+    rss_before = resident_bytes()
+    tracemalloc.start()
+    traced_before = tracemalloc.get_traced_memory()[0]
+    start = time.perf_counter()
+    for partition, stream in streams.items():
+        validator.validate_run(TOPIC, partition, stream, 0, NOW, set(), set(), [])
+    validate_s = time.perf_counter() - start
+    gc.collect()
+    active = tracemalloc.get_traced_memory()[0] - traced_before
+    rss_active = resident_bytes() - rss_before
+    rows_active = breakdown(validator.partitions[(TOPIC, 0)].tracker)
+    for _ in range(2):
+        for partition in streams:
+            validator.checkpoint(TOPIC, partition)
+    gc.collect()
+    idle = tracemalloc.get_traced_memory()[0] - traced_before
+    tracemalloc.stop()
+    rss_idle = resident_bytes() - rss_before
+    rows_idle = breakdown(validator.partitions[(TOPIC, 0)].tracker)
+    held = sum(len(validator.partitions[(TOPIC, p)].tracker.segments) for p in streams)
+    assert held == producers, (held, producers)
+    print(
+        f"{producers:,} new producers over {partitions} partitions, {records_each} DATA record(s) each, "
+        f"a window of {window} recent seqs; validated in {validate_s:.2f} s (under tracemalloc)"
+    )
+    for label, traced, rss, rows in (
+        ("after validation", active, rss_active, rows_active),
+        ("idle, after two checkpoints", idle, rss_idle, rows_idle),
+    ):
+        per = traced / producers
+        print(
+            f"  {label}: {per:.0f} bytes per producer-partition traced, {rss / producers:.0f} by VmRSS; "
+            f"goal <= 150: {'met' if per <= 150 else 'NOT met'}"
+        )
+        for what, size in rows:
+            print(f"      {what:<44} {size:7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--producer-partitions", type=int, default=1_000_000)
@@ -72,7 +173,12 @@ def main() -> None:
     parser.add_argument(
         "--seq-window", type=int, default=DEFAULT_WINDOW, help="recent CRCs per producer (exact semantics; 0: none)"
     )
+    parser.add_argument("--new-producers", type=int, default=0, help="measure N new producers instead")
+    parser.add_argument("--records-each", type=int, default=1, help="DATA records per new producer")
     args = parser.parse_args()
+    if args.new_producers:
+        measure_new_producers(args.new_producers, args.records_each, args.partitions, args.seq_window)
+        return
 
     values = StateValues(SCHEMA_ID)
     items = table_items(args.producer_partitions, args.partitions, values, args.seq_window)

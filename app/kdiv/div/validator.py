@@ -568,7 +568,7 @@ class DataIntegrityValidator:
             for guid in expired:
                 del segments[guid]
         part.checkpoint_anchor_ms = max(map(last_producer_ts, segments.values()), default=-1)
-        return Checkpoint(upserts=dict(segments), expired=tuple(expired))
+        return Checkpoint(upserts=segments.copy(), expired=tuple(expired))
 
 
 def _uncounted(
