@@ -108,52 +108,91 @@ def breakdown(tracker: object) -> list[tuple[str, float]]:
     segments = tracker.segments  # type: ignore[attr-defined]
     n = max(len(segments), 1)
     guid, state = next(iter(segments.items()))
-    rows: list[tuple[str, float]] = [("GUID key (bytes object)", sys.getsizeof(guid))]
+    rows: list[tuple[str, float]] = []
     if isinstance(state, Segment):
+        rows.append(("GUID key (bytes object)", sys.getsizeof(guid)))
         seen: set[int] = set()
         rows.append(("Segment object (slots)", sys.getsizeof(state)))
-        rows.append(("  its int fields", sum(_object_bytes(getattr(state, f), seen) for f in Segment.__slots__ if f != "recent")))
+        rows.append(
+            (
+                "  its int fields",
+                sum(_object_bytes(getattr(state, f), seen) for f in Segment.__slots__ if f != "recent"),
+            )
+        )
         rows.append(("  the seq window (list and its ints)", _object_bytes(state.recent, seen)))
-    else:
+    elif isinstance(segments, dict):
+        rows.append(("GUID key (bytes object)", sys.getsizeof(guid)))
         rows.append(("packed state (bytes object)", sys.getsizeof(state)))
-    for name in ("segments", "_unpacked", "_active", "_packed"):
-        table = getattr(tracker, name, None)
-        if isinstance(table, dict) and table:
-            rows.append((f"tracker.{name}: dict share", sys.getsizeof(table) / n))
+    else:
+        rows.append(("  one entry in a bucket: GUID, packed state, lengths", 1 + len(guid) + 2 + len(state)))
+    active = getattr(segments, "active", None)
+    if isinstance(active, dict):
+        rows.append(("tracker.segments.active: dict share", sys.getsizeof(active) / n))
+        buckets = segments._buckets
+        if buckets:
+            held = sum(sys.getsizeof(b) for b in buckets.values()) + sys.getsizeof(buckets)
+            rows.append(("idle: buckets and their dict, all told", held / n))
+    unpacked = getattr(tracker, "_unpacked", None)
+    if isinstance(unpacked, dict) and unpacked:
+        rows.append(("tracker._unpacked: dict share", sys.getsizeof(unpacked) / n))
     return rows
+
+
+def _validate_new(streams: dict[int, list[ConsumedRecord]], window: int) -> tuple[DataIntegrityValidator, float]:
+    validator = DataIntegrityValidator(window=window)
+    start = time.perf_counter()
+    for partition, stream in streams.items():
+        validator.validate_run(TOPIC, partition, stream, 0, NOW, set(), set(), [])
+    return validator, time.perf_counter() - start
+
+
+def _checkpoint_twice(validator: DataIntegrityValidator, partitions: int) -> None:
+    for _ in range(2):
+        for partition in range(partitions):
+            validator.checkpoint(TOPIC, partition)
 
 
 def measure_new_producers(producers: int, records_each: int, partitions: int, window: int) -> None:
     streams = new_producer_streams(producers, records_each, partitions)
-    validator = DataIntegrityValidator(window=window)
+    print(
+        f"{producers:,} new producers over {partitions} partitions, {records_each} DATA record(s) each, "
+        f"a window of {window} recent seqs"
+    )
+    # VmRSS first, untraced (tracemalloc's own records would count in it).
     gc.collect()
     rss_before = resident_bytes()
+    validator, validate_s = _validate_new(streams, window)
+    gc.collect()
+    rss_active = resident_bytes() - rss_before
+    _checkpoint_twice(validator, partitions)
+    gc.collect()
+    rss_idle = resident_bytes() - rss_before
+    del validator
+    gc.collect()
+    print(f"  validated in {validate_s:.2f} s")
+
     tracemalloc.start()
     traced_before = tracemalloc.get_traced_memory()[0]
-    start = time.perf_counter()
-    for partition, stream in streams.items():
-        validator.validate_run(TOPIC, partition, stream, 0, NOW, set(), set(), [])
-    validate_s = time.perf_counter() - start
+    validator, _ = _validate_new(streams, window)
     gc.collect()
     active = tracemalloc.get_traced_memory()[0] - traced_before
-    rss_active = resident_bytes() - rss_before
     rows_active = breakdown(validator.partitions[(TOPIC, 0)].tracker)
-    for _ in range(2):
-        for partition in streams:
-            validator.checkpoint(TOPIC, partition)
+    _checkpoint_twice(validator, partitions)
     gc.collect()
     idle = tracemalloc.get_traced_memory()[0] - traced_before
-    tracemalloc.stop()
-    rss_idle = resident_bytes() - rss_before
     rows_idle = breakdown(validator.partitions[(TOPIC, 0)].tracker)
     held = sum(len(validator.partitions[(TOPIC, p)].tracker.segments) for p in streams)
     assert held == producers, (held, producers)
-    print(
-        f"{producers:,} new producers over {partitions} partitions, {records_each} DATA record(s) each, "
-        f"a window of {window} recent seqs; validated in {validate_s:.2f} s (under tracemalloc)"
-    )
+    # The baseline, in this run: the idle states as a dict of GUID -> packed bytes, as the
+    # tracker kept them before it packed them into shared buckets.
+    traced_before = tracemalloc.get_traced_memory()[0]
+    as_dicts = [dict(validator.partitions[(TOPIC, p)].tracker.segments.items()) for p in streams]
+    gc.collect()
+    dict_baseline = tracemalloc.get_traced_memory()[0] - traced_before
+    del as_dicts
+    tracemalloc.stop()
     for label, traced, rss, rows in (
-        ("after validation", active, rss_active, rows_active),
+        ("after validation (active)", active, rss_active, rows_active),
         ("idle, after two checkpoints", idle, rss_idle, rows_idle),
     ):
         per = traced / producers
@@ -163,6 +202,10 @@ def measure_new_producers(producers: int, records_each: int, partitions: int, wi
         )
         for what, size in rows:
             print(f"      {what:<44} {size:7.1f}")
+    print(
+        f"  baseline, the same idle states in a dict of GUID -> packed bytes: {dict_baseline / producers:.0f} bytes "
+        f"per producer-partition; buckets take {idle / dict_baseline:.2f}x that"
+    )
 
 
 def main() -> None:

@@ -162,7 +162,7 @@ class ProducerStates(MutableMapping[bytes, "Segment | bytes"]):
             raise KeyError(guid)
         return packed
 
-    def get(self, guid: bytes, default=None):  # type: ignore[override]
+    def get(self, guid: bytes, default=None):
         state = self.active.get(guid)
         if state is not None:
             return state
@@ -196,11 +196,11 @@ class ProducerStates(MutableMapping[bytes, "Segment | bytes"]):
     def __len__(self) -> int:
         return len(self.active) + self._packed
 
-    def items(self):  # type: ignore[override]
+    def items(self):
         """(GUID, state) pairs: a list, so that the caller may change the states meanwhile."""
         return [*self.active.items(), *self._packed_items()]
 
-    def values(self):  # type: ignore[override]
+    def values(self):
         """The states: a list, as `items`."""
         return [*self.active.values(), *(packed for _, packed in self._packed_items())]
 

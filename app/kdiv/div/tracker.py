@@ -92,6 +92,10 @@ class PartitionTracker:
             else:
                 self._unpacked[guid] = s.last_offset
         self.segments.put_packed(idle)
+        if len(idle) > len(active):
+            # A dict keeps its table when entries leave: copies are sized to what is left.
+            self.segments.active = dict(active)
+            self._unpacked = dict(self._unpacked)
 
     def accept_in_order(
         self, guid: bytes, segment: int, seq: int, producer_ts: int, header_crc: int, crc: int, offset: int
