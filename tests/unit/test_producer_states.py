@@ -30,13 +30,13 @@ def test_a_packed_ring_unpacks_equal_whether_its_seqs_are_near_or_not(seq, ring,
     packed = segment.pack()
     assert Segment.unpack(packed) == segment
     if near:
-        assert len(packed) <= 53 + (len(ring) + 7) // 8 + 5 * len(ring)
+        assert len(packed) <= 52 + (len(ring) + 7) // 8 + 5 * len(ring)
 
 
 def test_an_in_order_producer_s_full_ring_packs_in_5_bytes_a_slot():
     segment = Segment(0, 1_000, ChecksumType.ADHASH)
     segment.recent = [(((s + 1) & 0xFFFFFFFF) << 32) | (s * 7919 & 0xFFFFFFFF) for s in range(993, 1_001)]
-    assert len(segment.pack()) == 50 + 3 + 1 + 5 * 8
+    assert len(segment.pack()) == 50 + 2 + 1 + 5 * 8
 
 
 def test_the_mapping_holds_active_and_packed_states_as_a_dict_would():

@@ -103,21 +103,21 @@ class ProducerStates(MutableMapping[bytes, "Segment | bytes"]):
     def put_packed(self, states: Iterable[tuple[bytes, bytes]]) -> None:
         """Keep these (GUID, packed state) as idle entries (none may be held already, packed
         or active: the caller took them out)."""
+        states = list(states)
+        self._packed += len(states)
+        if self._packed > _BUCKET_LOAD * (self._mask + 1):
+            self._rehash()  # before adding: the new entries go straight to their bucket
         added: dict[int, list[bytes]] = {}
         mask = self._mask
-        count = 0
         for guid, packed in states:
             added.setdefault(hash(guid) & mask, []).append(_entry(guid, packed))
-            count += 1
         buckets = self._buckets
         for key, entries in added.items():
             old = buckets.get(key)
             buckets[key] = b"".join(entries if old is None else [old, *entries])
-        self._packed += count
-        if self._packed > _BUCKET_LOAD * (mask + 1):
-            self._rehash()
 
     def _rehash(self) -> None:
+        """Buckets for `_packed` entries (some of which may still be on their way in)."""
         mask = self._mask
         while self._packed > _BUCKET_LOAD * (mask + 1):
             mask = mask * 2 + 1
@@ -129,10 +129,48 @@ class ProducerStates(MutableMapping[bytes, "Segment | bytes"]):
         self._mask = mask
         self._buckets = {key: b"".join(entries) for key, entries in spread.items()}
 
-    def _packed_items(self) -> Iterator[tuple[bytes, bytes]]:
-        for bucket in list(self._buckets.values()):
-            for _at, guid_at, guid_end, state_at, end in _entries(bucket):
-                yield bucket[guid_at:guid_end], bucket[state_at:end]
+    def _packed_items(self) -> list[tuple[bytes, bytes]]:
+        # One flat loop (not `_entries`): checkpoints and views walk every idle producer.
+        items: list[tuple[bytes, bytes]] = []
+        append = items.append
+        for bucket in self._buckets.values():
+            at, end = 0, len(bucket)
+            while at < end:
+                guid_end = at + 1 + bucket[at]
+                n = bucket[guid_end] | bucket[guid_end + 1] << 8
+                state_at = guid_end + 2
+                if n == _LONG:
+                    _, n = _LONG_STATE_LEN.unpack_from(bucket, guid_end)
+                    state_at = guid_end + _LONG_STATE_LEN.size
+                append((bucket[at + 1 : guid_end], bucket[state_at : state_at + n]))
+                at = state_at + n
+        return items
+
+    def packed_field(self, field: struct.Struct, offset: int) -> list[int]:
+        """One fixed-place field (`field` at `offset` of the packed state) of every idle
+        producer, without building its bytes."""
+        return [value for value, _ in self._packed_fields(field, offset, False)]
+
+    def packed_field_by_guid(self, field: struct.Struct, offset: int) -> list[tuple[int, bytes]]:
+        """(`packed_field`'s value, GUID) of every idle producer."""
+        return self._packed_fields(field, offset, True)
+
+    def _packed_fields(self, field: struct.Struct, offset: int, guids: bool) -> list[tuple[int, bytes]]:
+        values: list[tuple[int, bytes]] = []
+        append = values.append
+        unpack_from = field.unpack_from
+        for bucket in self._buckets.values():
+            at, end = 0, len(bucket)
+            while at < end:
+                guid_end = at + 1 + bucket[at]
+                n = bucket[guid_end] | bucket[guid_end + 1] << 8
+                state_at = guid_end + 2
+                if n == _LONG:
+                    _, n = _LONG_STATE_LEN.unpack_from(bucket, guid_end)
+                    state_at = guid_end + _LONG_STATE_LEN.size
+                append((unpack_from(bucket, state_at + offset)[0], bucket[at + 1 : guid_end] if guids else b""))
+                at = state_at + n
+        return values
 
     def _packed_get(self, guid: bytes) -> bytes | None:
         bucket = self._buckets.get(hash(guid) & self._mask)

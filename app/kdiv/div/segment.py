@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import TYPE_CHECKING
 
 from kdiv.div.exact import GapLog, ring_bytes, ring_of
 from kdiv.div.faults import DataAfterSegmentEnded
 from kdiv.div.wire import ChecksumType, adhash_add
+
+if TYPE_CHECKING:
+    from kdiv.div.producer_states import ProducerStates
 
 
 class SegmentStatus(enum.IntEnum):
@@ -38,33 +42,42 @@ _HAS_CHECKSUM = 1 << len(_FLAG_NAMES)
 _STARTED, _ENDED, _FINAL = (1 << _FLAG_NAMES.index(name) for name in ("started", "ended", "final_segment"))
 # After the fixed part, when the exact accounting is on: the ring (`_pack_ring`) and the gap
 # log (`kdiv.div.exact`), if any.
-_RING_HEAD = struct.Struct("<HB")  # slot count, form
-_RING_RAW, _RING_NEAR = 0, 1
+_RING_SLOTS = struct.Struct("<H")  # the slot count; _NEAR marks the near form
+_NEAR = 0x8000
 _NEAR_SLOT = struct.Struct("<IB")  # CRC, how far the slot's seq is below the producer's
 _SEQ_BITS = 0xFFFFFFFF
 
 
-def _pack_ring(recent: list[int], seq: int) -> bytes:
+def _pack_ring(recent: list[int], seq: int, whole: bool) -> bytes:
     """The ring of recent CRCs in few bytes: a bitmap of the slots in use, then per slot in
     use its CRC and, in one byte, how far its seq is below the producer's `seq`, when every
-    one is at most 255 below (as in any producer that sends in order); else every slot whole."""
-    base = (seq + 1) & _SEQ_BITS
-    used = [(i, slot) for i, slot in enumerate(recent) if slot]
-    if any((base - (slot >> 32)) & _SEQ_BITS > 0xFF for _, slot in used):
-        return _RING_HEAD.pack(len(recent), _RING_RAW) + ring_bytes(recent)
-    bitmap = bytearray((len(recent) + 7) // 8)
-    for i, _ in used:
-        bitmap[i >> 3] |= 1 << (i & 7)
-    near = b"".join(_NEAR_SLOT.pack(slot & _SEQ_BITS, (base - (slot >> 32)) & _SEQ_BITS) for _, slot in used)
-    return b"".join((_RING_HEAD.pack(len(recent), _RING_NEAR), bitmap, near))
+    one is at most 255 below (as in any producer that sends in order). Else, or when `whole`
+    (a producer with gaps: rare, and its seqs may be far apart), every slot as it is."""
+    slots = len(recent)
+    if not whole and slots < _NEAR:
+        base = (seq + 1) & _SEQ_BITS
+        bitmap = 0
+        near = []
+        for i, slot in enumerate(recent):
+            if slot:
+                below = (base - (slot >> 32)) & _SEQ_BITS
+                if below > 0xFF:
+                    break
+                bitmap |= 1 << i
+                near.append(_NEAR_SLOT.pack(slot & _SEQ_BITS, below))
+        else:
+            head = _RING_SLOTS.pack(_NEAR | slots) + bitmap.to_bytes((slots + 7) // 8, "little")
+            return head + b"".join(near)
+    return _RING_SLOTS.pack(slots) + ring_bytes(recent)
 
 
 def _unpack_ring(packed: bytes, at: int, seq: int) -> tuple[list[int] | None, int]:
     """The ring `_pack_ring` wrote at `at` (None for no slots), and where it ends."""
-    slots, form = _RING_HEAD.unpack_from(packed, at)
-    at += _RING_HEAD.size
-    if form == _RING_RAW:
+    (slots,) = _RING_SLOTS.unpack_from(packed, at)
+    at += _RING_SLOTS.size
+    if not slots & _NEAR:
         return (ring_of(packed[at : at + 8 * slots]) if slots else None), at + 8 * slots
+    slots &= ~_NEAR
     recent = [0] * slots
     bitmap = packed[at : at + (slots + 7) // 8]
     at += len(bitmap)
@@ -161,10 +174,16 @@ class Segment:
     def pack(self) -> bytes:
         """This state in 50 bytes (and 5 per recent seq in use, and the gaps, when the exact
         accounting keeps them); `Segment.unpack` gives it back equal."""
-        flags = 0 if self.checksum is None else _HAS_CHECKSUM
-        for bit, name in enumerate(_FLAG_NAMES):
-            if getattr(self, name):
-                flags |= 1 << bit
+        # The bits of _FLAG_NAMES, in its order.
+        flags = (
+            (0 if self.checksum is None else _HAS_CHECKSUM)
+            | bool(self.checksum_finalized)
+            | bool(self.registered) << 1
+            | bool(self.started) << 2
+            | bool(self.ended) << 3
+            | bool(self.final_segment) << 4
+            | bool(self.new_segment) << 5
+        )
         fixed = _PACKED.pack(
             self.segment_number,
             self.sequence_number,
@@ -178,7 +197,10 @@ class Segment:
         recent, gaps = self.recent, self.gaps
         if recent is None and gaps is None:
             return fixed
-        ring = _RING_HEAD.pack(0, _RING_RAW) if recent is None else _pack_ring(recent, self.sequence_number)
+        if recent is None:
+            ring = _RING_SLOTS.pack(0)
+        else:
+            ring = _pack_ring(recent, self.sequence_number, whole=gaps is not None)
         return b"".join((fixed, ring, b"" if gaps is None else gaps.pack()))
 
     @staticmethod
@@ -243,6 +265,18 @@ def last_producer_ts(state: Segment | bytes) -> int:
     if isinstance(state, bytes):
         return _PACKED_TS.unpack_from(state, _PACKED_TS_AT)[0]
     return state.last_producer_ts
+
+
+def latest_producer_ts(states: ProducerStates) -> int:
+    """The latest last producer timestamp of a partition's producers (-1: none)."""
+    packed = states.packed_field(_PACKED_TS, _PACKED_TS_AT)
+    return max(max(packed, default=-1), max((s.last_producer_ts for s in states.active.values()), default=-1))
+
+
+def last_offsets(states: ProducerStates) -> list[tuple[int, bytes]]:
+    """(last offset, GUID) of each of a partition's producers."""
+    active = [(s.last_offset, guid) for guid, s in states.active.items()]
+    return active + states.packed_field_by_guid(_PACKED_TS, _PACKED_OFFSET_AT)
 
 
 def last_offset(state: Segment | bytes) -> int:
