@@ -255,7 +255,7 @@ def main() -> None:
     per = added / args.producer_partitions
     print(
         f"resident memory added: {added / 2**20:,.0f} MiB, {per:.0f} bytes per producer-partition; "
-        f"goal <= 300: {'met' if per <= 300 else 'NOT met'}"
+        f"goal <= 150: {'met' if per <= 150 else 'NOT met'}"
     )
 
     # Expiry is data-relative: a checkpoint expires producers older than max age before the

@@ -564,7 +564,8 @@ class DataIntegrityValidator:
         expired: list[bytes] = []
         if self.max_age_ms != DISABLED and part.checkpoint_anchor_ms != -1:
             threshold = part.checkpoint_anchor_ms - self.max_age_ms
-            expired = [guid for guid, s in segments.items() if last_producer_ts(s) < threshold]
+            # Sorted: the same deletions in the same order on every worker and replay.
+            expired = sorted(guid for guid, s in segments.items() if last_producer_ts(s) < threshold)
             for guid in expired:
                 del segments[guid]
         part.checkpoint_anchor_ms = latest_producer_ts(segments)
