@@ -288,6 +288,11 @@ class Settings:
     replication_factor: int = 1
     # Records validated at most between two state writes (written at every commit anyway).
     batch_max: int = 100_000
+    # Each table partition's RocksDB database: memtable size and count, block cache
+    # (docs/worker.md#memory).
+    rocksdb_write_buffer_bytes: int = 4 << 20
+    rocksdb_write_buffers: int = 2
+    rocksdb_block_cache_bytes: int = 8 << 20
     commit_interval_s: float = 1.0
     # Liveness bounds (docs/worker.md#liveness): each request of the worker's producer to the
     # broker, each commit of a unit of work (then written again), how long a partition with
@@ -377,6 +382,11 @@ class Settings:
             standby_replicas=env.int("STANDBY_REPLICAS", cls.standby_replicas, minimum=0),
             replication_factor=env.int("REPLICATION_FACTOR", cls.replication_factor, minimum=1),
             batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
+            rocksdb_write_buffer_bytes=env.int(
+                "ROCKSDB_WRITE_BUFFER_BYTES", cls.rocksdb_write_buffer_bytes, minimum=64 << 10
+            ),
+            rocksdb_write_buffers=env.int("ROCKSDB_WRITE_BUFFERS", cls.rocksdb_write_buffers, minimum=2),
+            rocksdb_block_cache_bytes=env.int("ROCKSDB_BLOCK_CACHE_BYTES", cls.rocksdb_block_cache_bytes, minimum=0),
             commit_interval_s=env.float("COMMIT_INTERVAL_S", cls.commit_interval_s),
             broker_timeout_s=env.float("BROKER_TIMEOUT_S", cls.broker_timeout_s),
             commit_timeout_s=env.float("COMMIT_TIMEOUT_S", cls.commit_timeout_s),

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import TYPE_CHECKING
 
 from kdiv.div.exact import GapLog, ring_bytes, ring_of
 from kdiv.div.faults import DataAfterSegmentEnded
 from kdiv.div.wire import ChecksumType, adhash_add
+
+if TYPE_CHECKING:
+    from kdiv.div.producer_states import ProducerStates
 
 
 class SegmentStatus(enum.IntEnum):
@@ -25,9 +29,9 @@ class SegmentStatus(enum.IntEnum):
 
 
 # A segment at rest in memory (`Segment.pack`): segment, seq, checksum, last offset, last
-# producer timestamp, first seen timestamp, partition holes, checksum type, flags. About 83
-# bytes where a Segment object with its int fields takes about 270: most of a million
-# producer states are idle producers.
+# producer timestamp, first seen timestamp, partition holes, checksum type, flags; then the
+# ring and gaps. About 68 bytes for a one-record producer where a Segment object with its
+# int fields and ring takes about 400: most of a million producer states are idle producers.
 _PACKED = struct.Struct("<qqQqqqqBB")
 _PACKED_TS = struct.Struct("<q")
 _PACKED_TS_AT = 32
@@ -36,9 +40,54 @@ _PACKED_FLAGS_AT = 57
 _FLAG_NAMES = ("checksum_finalized", "registered", "started", "ended", "final_segment", "new_segment")
 _HAS_CHECKSUM = 1 << len(_FLAG_NAMES)
 _STARTED, _ENDED, _FINAL = (1 << _FLAG_NAMES.index(name) for name in ("started", "ended", "final_segment"))
-# After the fixed part, when the exact accounting is on: the ring's slot count, its slots,
-# and the gap log (`kdiv.div.exact`), if any.
-_RING_SLOTS = struct.Struct("<H")
+# After the fixed part, when the exact accounting is on: the ring (`_pack_ring`) and the gap
+# log (`kdiv.div.exact`), if any.
+_RING_SLOTS = struct.Struct("<H")  # the slot count; _NEAR marks the near form
+_NEAR = 0x8000
+_NEAR_SLOT = struct.Struct("<IB")  # CRC, how far the slot's seq is below the producer's
+_SEQ_BITS = 0xFFFFFFFF
+
+
+def _pack_ring(recent: list[int], seq: int, whole: bool) -> bytes:
+    """The ring of recent CRCs in few bytes: a bitmap of the slots in use, then per slot in
+    use its CRC and, in one byte, how far its seq is below the producer's `seq`, when every
+    one is at most 255 below (as in any producer that sends in order). Else, or when `whole`
+    (a producer with gaps: rare, and its seqs may be far apart), every slot as it is."""
+    slots = len(recent)
+    if not whole and slots < _NEAR:
+        base = (seq + 1) & _SEQ_BITS
+        bitmap = 0
+        near = []
+        for i, slot in enumerate(recent):
+            if slot:
+                below = (base - (slot >> 32)) & _SEQ_BITS
+                if below > 0xFF:
+                    break
+                bitmap |= 1 << i
+                near.append(_NEAR_SLOT.pack(slot & _SEQ_BITS, below))
+        else:
+            head = _RING_SLOTS.pack(_NEAR | slots) + bitmap.to_bytes((slots + 7) // 8, "little")
+            return head + b"".join(near)
+    return _RING_SLOTS.pack(slots) + ring_bytes(recent)
+
+
+def _unpack_ring(packed: bytes, at: int, seq: int) -> tuple[list[int] | None, int]:
+    """The ring `_pack_ring` wrote at `at` (None for no slots), and where it ends."""
+    (slots,) = _RING_SLOTS.unpack_from(packed, at)
+    at += _RING_SLOTS.size
+    if not slots & _NEAR:
+        return (ring_of(packed[at : at + 8 * slots]) if slots else None), at + 8 * slots
+    slots &= ~_NEAR
+    recent = [0] * slots
+    bitmap = packed[at : at + (slots + 7) // 8]
+    at += len(bitmap)
+    base = (seq + 1) & _SEQ_BITS
+    for i in range(slots):
+        if bitmap[i >> 3] & (1 << (i & 7)):
+            crc, below = _NEAR_SLOT.unpack_from(packed, at)
+            at += _NEAR_SLOT.size
+            recent[i] = (((base - below) & _SEQ_BITS) << 32) | crc
+    return (recent if slots else None), at
 
 
 class Segment:
@@ -128,12 +177,18 @@ class Segment:
         self.final_segment = final
 
     def pack(self) -> bytes:
-        """This state in about 83 bytes (and 8 per recent seq, and the gaps, when the exact
+        """This state in 58 bytes (and 5 per recent seq in use, and the gaps, when the exact
         accounting keeps them); `Segment.unpack` gives it back equal."""
-        flags = 0 if self.checksum is None else _HAS_CHECKSUM
-        for bit, name in enumerate(_FLAG_NAMES):
-            if getattr(self, name):
-                flags |= 1 << bit
+        # The bits of _FLAG_NAMES, in its order.
+        flags = (
+            (0 if self.checksum is None else _HAS_CHECKSUM)
+            | bool(self.checksum_finalized)
+            | bool(self.registered) << 1
+            | bool(self.started) << 2
+            | bool(self.ended) << 3
+            | bool(self.final_segment) << 4
+            | bool(self.new_segment) << 5
+        )
         fixed = _PACKED.pack(
             self.segment_number,
             self.sequence_number,
@@ -148,8 +203,11 @@ class Segment:
         recent, gaps = self.recent, self.gaps
         if recent is None and gaps is None:
             return fixed
-        ring = b"" if recent is None else ring_bytes(recent)
-        return b"".join((fixed, _RING_SLOTS.pack(len(ring) // 8), ring, b"" if gaps is None else gaps.pack()))
+        if recent is None:
+            ring = _RING_SLOTS.pack(0)
+        else:
+            ring = _pack_ring(recent, self.sequence_number, whole=gaps is not None)
+        return b"".join((fixed, ring, b"" if gaps is None else gaps.pack()))
 
     @staticmethod
     def unpack(packed: bytes) -> Segment:
@@ -179,12 +237,7 @@ class Segment:
         s.recent = None
         s.gaps = None
         if len(packed) > _PACKED.size:
-            at = _PACKED.size
-            (slots,) = _RING_SLOTS.unpack_from(packed, at)
-            at += _RING_SLOTS.size
-            if slots:
-                s.recent = ring_of(packed[at : at + 8 * slots])
-                at += 8 * slots
+            s.recent, at = _unpack_ring(packed, _PACKED.size, sequence_number)
             if len(packed) > at:
                 s.gaps = GapLog.unpack(memoryview(packed)[at:])
         return s
@@ -220,6 +273,18 @@ def last_producer_ts(state: Segment | bytes) -> int:
     if isinstance(state, bytes):
         return _PACKED_TS.unpack_from(state, _PACKED_TS_AT)[0]
     return state.last_producer_ts
+
+
+def latest_producer_ts(states: ProducerStates) -> int:
+    """The latest last producer timestamp of a partition's producers (-1: none)."""
+    packed = states.packed_field(_PACKED_TS, _PACKED_TS_AT)
+    return max(max(packed, default=-1), max((s.last_producer_ts for s in states.active.values()), default=-1))
+
+
+def last_offsets(states: ProducerStates) -> list[tuple[int, bytes]]:
+    """(last offset, GUID) of each of a partition's producers."""
+    active = [(s.last_offset, guid) for guid, s in states.active.items()]
+    return active + states.packed_field_by_guid(_PACKED_TS, _PACKED_OFFSET_AT)
 
 
 def last_offset(state: Segment | bytes) -> int:

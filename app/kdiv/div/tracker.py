@@ -31,6 +31,7 @@ from kdiv.div.faults import (
     ImproperlyStartedSegment,
     MissingData,
 )
+from kdiv.div.producer_states import ProducerStates
 from kdiv.div.segment import Segment
 from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
@@ -53,24 +54,29 @@ class PartitionTracker:
         self.window = window
         # Does the first record seen of an implicit segment register it (module docstring)?
         self.implicit_segments = implicit_segments
-        # A producer idle since the last checkpoint is kept packed (`Segment.pack`): a
-        # million producer states fit in a fraction of the memory. Read entries with
-        # `segment`, or `as_segment` when only looking.
-        self.segments: dict[bytes, Segment | bytes] = {}
+        # A producer idle since the last checkpoint is kept packed, with no object of its
+        # own (`ProducerStates`): a million producer states fit in a fraction of the memory.
+        # Read entries with `segment`, or `as_segment` when only looking.
+        self.segments = ProducerStates()
         # Unpacked entries -> their last offset at the last `pack_idle` (-1: not seen by one).
         self._unpacked: dict[bytes, int] = {}
 
     def segment(self, guid: bytes) -> Segment | None:
         """The producer's state, unpacked for use (and kept unpacked until it is idle again)."""
-        s = self.segments.get(guid)
-        if isinstance(s, bytes):
-            s = self.segments[guid] = Segment.unpack(s)
+        segments = self.segments
+        s = segments.active.get(guid)
+        if s is None:
+            packed = segments.take_packed(guid)
+            if packed is None:
+                return None
+            s = segments.active[guid] = Segment.unpack(packed)
             self._unpacked[guid] = -1
         return s
 
     def install(self, producers: Mapping[bytes, Segment | bytes]) -> None:
         """Replace the state with saved producers, kept packed until used."""
-        self.segments = {g: s if isinstance(s, bytes) else s.pack() for g, s in producers.items()}
+        self.segments = ProducerStates()
+        self.segments.put_packed((g, s if isinstance(s, bytes) else s.pack()) for g, s in producers.items())
         self._unpacked = {}
 
     def evict(self, guids: list[bytes]) -> None:
@@ -81,16 +87,23 @@ class PartitionTracker:
 
     def pack_idle(self) -> None:
         """Pack every producer whose state has not moved since the previous call."""
-        segments = self.segments
+        active = self.segments.active
+        idle: list[tuple[bytes, bytes]] = []
         for guid, offset_then in list(self._unpacked.items()):
-            s = segments.get(guid)
-            if s is None or isinstance(s, bytes):
+            s = active.get(guid)
+            if s is None:
                 del self._unpacked[guid]
             elif s.last_offset == offset_then:
-                segments[guid] = s.pack()
+                del active[guid]
+                idle.append((guid, s.pack()))
                 del self._unpacked[guid]
             else:
                 self._unpacked[guid] = s.last_offset
+        self.segments.put_packed(idle)
+        if len(idle) > len(active):
+            # A dict keeps its table when entries leave: copies are sized to what is left.
+            self.segments.active = dict(active)
+            self._unpacked = dict(self._unpacked)
 
     def accept_in_order(
         self,
@@ -110,8 +123,8 @@ class PartitionTracker:
         (`partition_holes`, -1: not known); returns False, changing nothing, for any other
         record, which must then go through `validate`.
         """
-        s = self.segments.get(guid)
-        if isinstance(s, bytes):
+        s = self.segments.active.get(guid)
+        if s is None:
             s = self.segment(guid)
         if (
             s is None
@@ -206,7 +219,8 @@ class PartitionTracker:
         segment.first_seen_ts = first_seen_ts
         # Stored before the possible raise below, so the producer's next record validates
         # against it instead of being reported unregistered again.
-        self.segments[h.guid] = segment
+        # `validate` read the producer with `segment` first: it is not held packed.
+        self.segments.active[h.guid] = segment
         self._unpacked[h.guid] = -1
         if registered:
             segment.registered = True

@@ -28,7 +28,7 @@ from kdiv.div.faults import (
 )
 from kdiv.div.ledger import DATA_FLAGS, TOMBSTONE_FLAGS, pack_fields, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
-from kdiv.div.segment import Segment, last_offset, last_producer_ts
+from kdiv.div.segment import Segment, last_offsets, last_producer_ts, latest_producer_ts
 from kdiv.div.tracker import PartitionTracker
 from kdiv.div.wire import (
     COMMON_SIZE,
@@ -622,7 +622,7 @@ class DataIntegrityValidator:
                 part.evicting_since, part.evicted = -1, 0
             return None
         # (last offset, GUID): ties go the same way on every worker and every replay.
-        oldest = heapq.nsmallest(over, zip(map(last_offset, segments.values()), segments.keys(), strict=True))
+        oldest = heapq.nsmallest(over, last_offsets(segments))
         guids = tuple(guid for _, guid in oldest)
         part.tracker.evict(list(guids))
         if part.evicting_since == -1:
@@ -642,11 +642,12 @@ class DataIntegrityValidator:
         expired: list[bytes] = []
         if self.max_age_ms != DISABLED and part.checkpoint_anchor_ms != -1:
             threshold = part.checkpoint_anchor_ms - self.max_age_ms
-            expired = [guid for guid, s in segments.items() if last_producer_ts(s) < threshold]
+            # Sorted: the same deletions in the same order on every worker and replay.
+            expired = sorted(guid for guid, s in segments.items() if last_producer_ts(s) < threshold)
             for guid in expired:
                 del segments[guid]
-        part.checkpoint_anchor_ms = max(map(last_producer_ts, segments.values()), default=-1)
-        return Checkpoint(upserts=dict(segments), expired=tuple(expired))
+        part.checkpoint_anchor_ms = latest_producer_ts(segments)
+        return Checkpoint(upserts=segments.copy(), expired=tuple(expired))
 
 
 def _uncounted(

@@ -36,6 +36,8 @@ from kdiv.worker.unit import CommitFailures, CommitTimedOut, StateSink, UnitOfWo
 
 log = logging.getLogger("kdiv.worker")
 
+# Records validated in one go before the event loop gets a turn (web views, heartbeats).
+YIELD_EVERY_RECORDS = 2_000
 # A commit that failed is tried again after this long, doubling up to the cap: a broker
 # back from an outage is written to within seconds.
 RETRY_FIRST_S = 0.5
@@ -146,10 +148,19 @@ class BatchPath:
         results: list[ValidationResult] = []
         i, end = 0, len(records)
         while True:
-            i = live.process_run(topic, partition, records, i, now, watch, results)
+            # In slices, the event loop served between them: a fetch of new producers' records
+            # takes the full path record by record, and /health must answer meanwhile.
+            stop = min(end, i + YIELD_EVERY_RECORDS)
+            taken = records if i == 0 and stop == end else records[i:stop]
+            i += live.process_run(topic, partition, taken, 0, now, watch, results)
             self._observe(key, results, now)
             if i == end:
                 break
+            if i == stop:
+                await asyncio.sleep(0)
+                if not live.is_loaded(topic, partition):
+                    return  # revoked meanwhile: its new owner reads these records again
+                continue
             # A re-delivery or a push marker, one by one.
             record = consumed(topic, partition, records[i])
             scanned = scan_div_header(record.headers)

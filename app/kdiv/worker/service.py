@@ -72,6 +72,7 @@ from kdiv.worker.statecheck import (
     LOCAL_STATE_SCHEMA_ID,
 )
 from kdiv.worker.stopping import exit_when_stop_overruns
+from kdiv.worker.storeoptions import rocksdb_options
 from kdiv.worker.unit import UnitOfWork
 from kdiv.worker.web.incidents_reader import follow_incidents
 from kdiv.worker.web.server import register_views
@@ -255,6 +256,7 @@ class ValidationWorker:
                 partitions=partitions,
                 key_type=bytes,
                 value_type=bytes,
+                options=rocksdb_options(self.settings),
                 help=f"kdiv validator {name} of the watched topics with {partitions} partitions",
                 on_changelog_event=on_changelog_event,
             ),
@@ -278,6 +280,7 @@ class ValidationWorker:
                 partitions=partitions,
                 key_type=bytes,
                 value_type=bytes,
+                options=rocksdb_options(self.settings),
                 help="kdiv pipeline audit: open traces by observations partition, route and trace id",
             ),
         )

@@ -1,0 +1,102 @@
+"""The batch path validates a large fetch in slices, and the event loop is served between them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from types import SimpleNamespace
+from typing import Any
+
+from kdiv.div.stamper import DivStamper
+from kdiv.div.validator import DataIntegrityValidator
+from kdiv.state.values import StateValues
+from kdiv.worker import batchpath
+from kdiv.worker.batchpath import BatchPath
+from kdiv.worker.live import LiveValidation
+from tests.harness.streams import NOW, Log
+
+
+def new_producers_fetch(producers: int) -> list:
+    """A START_OF_SEGMENT and a DATA record of each of `producers` new producers."""
+    rng, log = random.Random(3), Log("orders")
+    records = []
+    for _ in range(producers):
+        records += log.add_outgoing(DivStamper(rng.randbytes(16)).data("orders", 0, b"k", b"v", NOW))
+    return records
+
+
+def stand_in(**attributes: Any) -> Any:
+    """What the batch path calls of a collaborator these tests do not exercise."""
+    return SimpleNamespace(**attributes)
+
+
+def new_batch_path(live: LiveValidation, touched: list) -> BatchPath:
+    none = stand_in
+    return BatchPath(
+        live=live,
+        unit=none(touch=touched.append, add_incidents=lambda key, incidents: None),
+        sink=none(),
+        runs=none(producers_in_runs=lambda topic, partition: set()),
+        stats=none(),
+        clock=lambda: NOW,
+        batch_max=1_000_000,
+        ownership=none(ensure_loaded=lambda key: None),
+        schemas=none(note_framing=lambda topic, partition, records: None),
+        rewinds=none(checks_leader_epochs=False),
+        log_starts=none(),
+        changefeed_topics=(),
+        changefeeds=none(),
+        audit=None,
+        observations="observations",
+    )
+
+
+def new_live() -> LiveValidation:
+    live = LiveValidation(DataIntegrityValidator(), StateValues(7))
+    live.load("orders", 0, [])
+    return live
+
+
+def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_go():
+    records = new_producers_fetch(3 * batchpath.YIELD_EVERY_RECORDS)
+    whole = new_live()
+    whole.process_run("orders", 0, records, 0, NOW, set(), [])
+    sliced, touched = new_live(), []
+    path = new_batch_path(sliced, touched)
+    turns = []
+
+    async def run() -> None:
+        async def tick() -> None:
+            while True:
+                turns.append(len(sliced.validator.partition("orders", 0).tracker.segments))
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)
+        await path._validate_div(("orders", 0), records, NOW)
+        ticker.cancel()
+
+    asyncio.run(run())
+    # The loop ran while the fetch was half validated, not only before and after it.
+    assert any(0 < producers < len(records) // 2 for producers in turns), turns
+    want, got = whole.validator.partition("orders", 0), sliced.validator.partition("orders", 0)
+    assert (got.records, got.last_offset, got.counts) == (want.records, want.last_offset, want.counts)
+    assert dict(got.tracker.segments.items()) == dict(want.tracker.segments.items())
+    assert touched == [("orders", 0)]
+
+
+def test_a_partition_revoked_during_a_pause_is_left_alone():
+    records = new_producers_fetch(batchpath.YIELD_EVERY_RECORDS)
+    live, touched = new_live(), []
+    path = new_batch_path(live, touched)
+
+    async def run() -> None:
+        async def revoke() -> None:  # runs at the first pause
+            live.unload("orders", 0)
+
+        revoking = asyncio.create_task(revoke())
+        await path._validate_div(("orders", 0), records, NOW)
+        await revoking
+
+    asyncio.run(run())
+    assert not live.is_loaded("orders", 0) and touched == []
