@@ -143,3 +143,20 @@ def test_a_zombie_counts_as_gone(tmp_path):
         assert remove_stale_directories(tmp_path) == [stale]
     finally:
         zombie.wait()
+
+
+def test_a_broker_that_refuses_the_credentials_or_certificates_is_no_outage():
+    import ssl
+
+    from aiokafka.errors import SaslAuthenticationFailed
+
+    from kdiv.kafka.failures import BrokerRefused, refused_by_policy
+
+    assert refused_by_policy(SaslAuthenticationFailed("bad password"))
+    assert refused_by_policy(ssl.SSLError(1, "sslv3 alert bad certificate"))
+    assert not refused_by_policy(ConnectionRefusedError(111, "Connection refused"))
+    away = BrokerRefused("Kafka at 127.0.0.1:9: Connection refused")
+    assert is_outage(away)
+    refused = BrokerRefused("Kafka at 127.0.0.1:9: SASL authentication failed")
+    refused.by_policy = True
+    assert not is_outage(refused)

@@ -19,7 +19,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from kdiv.clock import iso_utc
-from kdiv.kafka.failures import failure_text
+from kdiv.kafka.failures import BrokerRefused, failure_text, refusals_explained
 
 # A metadata request the broker does not answer within this is a broker still away.
 PROBE_TIMEOUT_S = 5.0
@@ -32,6 +32,8 @@ T = TypeVar("T")
 def is_outage(failure: BaseException) -> bool:
     """True for a failure a broker that is away, slow or restarting causes (worth a retry);
     False for one that retrying cannot mend (a refused topic, bad credentials)."""
+    if isinstance(failure, BrokerRefused) and failure.by_policy:
+        return False  # the broker answered: credentials or certificates refused
     if isinstance(failure, (TimeoutError, ConnectionError, KafkaTimeoutError, KafkaConnectionError)):
         return True
     return isinstance(failure, KafkaError) and bool(getattr(failure, "retriable", False))
@@ -117,10 +119,12 @@ async def wait_until_back(client: AIOKafkaClient, outage: BrokerOutage, backoff:
 
 
 async def retry(attempt: Callable[[], Awaitable[T]], outage: BrokerOutage, backoff: Backoff) -> T:
-    """`attempt()` until it succeeds, through an outage (a failure `is_outage` refuses is raised)."""
+    """`attempt()` until it succeeds, through an outage (a failure `is_outage` refuses is raised:
+    a broker that refuses the credentials or certificates, told by `refusals_explained`)."""
     while True:
         try:
-            result = await attempt()
+            with refusals_explained():
+                result = await attempt()
         except Exception as failed:
             if not is_outage(failed):
                 raise

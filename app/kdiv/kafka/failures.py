@@ -19,7 +19,18 @@ _CONNECT_MESSAGE = "Unable connect to"
 
 
 class BrokerRefused(KafkaConnectionError):
-    """No broker could be reached, and the message says why (authentication, TLS, network)."""
+    """No broker could be reached, and the message says why (authentication, TLS, network).
+    `by_policy`: the broker answered and refused the client (credentials, certificates), which
+    no retry mends, unlike a broker that is away."""
+
+    by_policy: bool = False
+
+
+def refused_by_policy(reason: BaseException) -> bool:
+    """True when a connection failed because the broker refused the client's credentials or
+    certificates (SASL, TLS), not because it was away."""
+    tls = reason if isinstance(reason, ssl.SSLError) else reason.__cause__
+    return isinstance(reason, SaslAuthenticationFailed) or isinstance(tls, ssl.SSLError)
 
 
 def failure_text(failure: BaseException) -> str:
@@ -88,7 +99,9 @@ def refusals_explained(bootstrap: str | None = None) -> Iterator[None]:
         # Collected now, while the filter holds: see _ConnectReasons.
         gc.collect()
         where = f"Kafka at {redacted(bootstrap)}: " if bootstrap else ""
-        raise BrokerRefused(where + refusal_text(reasons.reasons[-1])) from failed
+        refused = BrokerRefused(where + refusal_text(reasons.reasons[-1]))
+        refused.by_policy = refused_by_policy(reasons.reasons[-1])
+        raise refused from failed
     finally:
         for logger in loggers:
             logger.removeFilter(reasons)
