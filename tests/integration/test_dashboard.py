@@ -222,6 +222,15 @@ async def test_the_dashboard_shows_the_faults_filters_them_and_logs_no_error(boo
                     "rows => rows.map(r => [r.cells[1].textContent, r.cells[4].textContent])"
                 )
                 assert listed == [[str(p["partition"]), str(p["records"])] for p in partitions["items"]]
+                # The Partitions table's state of each partition is the grid's, never "ok" beside red.
+                grid_states = {(topic, number): state for topic, number, state in cells}
+                table_states = await page.locator("#partitions tbody tr").evaluate_all(
+                    "rows => rows.map(r => [r.cells[0].title || r.cells[0].textContent, Number(r.cells[1].textContent),"
+                    " r.cells[8].dataset.state])"
+                )
+                assert [(p, state) for _, p, state in table_states] == [
+                    (p["partition"], grid_states[(p["topic"], p["partition"])]) for p in partitions["items"]
+                ], (table_states, grid_states)
                 # Each producer with its incidents by class; times in UTC, said so.
                 faults = await page.locator("#producers tbody tr").evaluate_all(
                     "rows => rows.map(r => [r.cells[0].textContent, r.cells[2].textContent, r.cells[7].textContent, r.cells[9].textContent])"

@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
-from aiokafka import AIOKafkaProducer
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.config.settings import RegistrySettings
 from kdiv.dev.demo import ensure_topic
 from kdiv.dev.outage import Backoff, BrokerOutage, is_outage, retry, wait_until_back
-from kdiv.kafka.produce import new_producer
+from kdiv.kafka.produce import started_producer
 from kdiv.registry.client import RegistryUnavailable, SchemaRegistry
 from kdiv.state.framing import frame
 from kdiv.ticdc.avro import AvroChecksumVerifier
@@ -284,16 +283,7 @@ async def write_changefeed(
     )
     planted = Planted()
 
-    async def started_producer() -> AIOKafkaProducer:
-        producer = new_producer(bootstrap, security=security, linger_ms=5)
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.stop()
-            raise
-        return producer
-
-    producer = await retry(started_producer, outage, backoff)
+    producer = await retry(lambda: started_producer(bootstrap, security=security, linger_ms=5), outage, backoff)
     # Sent and not yet acknowledged, in order; each leaves once its write is acknowledged.
     in_flight: list[tuple[ChangefeedMessage, asyncio.Future]] = []
     # Not acknowledged when the broker went away: written again once it is back.

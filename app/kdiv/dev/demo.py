@@ -17,7 +17,7 @@ import logging
 import random
 from contextlib import aclosing
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.structs import RecordMetadata
 
@@ -27,7 +27,7 @@ from kdiv.div.ledger import PACKED_SIZE, KeyValidation, at_rest_crc, ledger_key,
 from kdiv.div.stamper import OutgoingRecord
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, decode, encode, record_crc
 from kdiv.kafka.consume import read_snapshot
-from kdiv.kafka.produce import new_producer
+from kdiv.kafka.produce import started_producer
 from kdiv.kafka.topics import TopicCreationError, create_topic
 from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import ledger_changelog_topic_name
@@ -347,16 +347,7 @@ async def run_demo(
             backoff,
         )
 
-    async def started_producer() -> AIOKafkaProducer:
-        producer = new_producer(bootstrap, security=security)
-        try:
-            await producer.start()
-        except BaseException:
-            await producer.stop()
-            raise
-        return producer
-
-    producer = await retry(started_producer, outage, backoff)
+    producer = await retry(lambda: started_producer(bootstrap, security=security), outage, backoff)
 
     def pipeline(target: str, keys: int | None = None) -> FaultyPipeline:
         return FaultyPipeline(DivWriter(producer, max_records_per_segment=500, tracing=tracing), target, keys)

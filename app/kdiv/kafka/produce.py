@@ -14,6 +14,19 @@ def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT,
     )
 
 
+async def started_producer(
+    bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT, **options
+) -> AIOKafkaProducer:
+    """`new_producer`, started; a start that fails closes what it opened (for a retry)."""
+    producer = new_producer(bootstrap_servers, security=security, **options)
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.stop()
+        raise
+    return producer
+
+
 async def track_topic(producer: AIOKafkaProducer, topic: str) -> None:
     """Have the producer's client keep `topic`'s metadata; call before writing to it.
 

@@ -25,7 +25,7 @@ from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.dev.outage import Backoff, BrokerOutage, is_outage, retry
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.failures import failure_text
-from kdiv.kafka.produce import new_producer
+from kdiv.kafka.produce import started_producer
 from kdiv.kafka.topics import create_topic
 from kdiv.registry.schemaslog import (
     LEVELS,
@@ -63,16 +63,13 @@ class DevRegistry:
         await retry(self._ensure_topic, self.outage, backoff)
         replayed = await retry(self._replay, self.outage, backoff)
 
-        async def started_producer() -> AIOKafkaProducer:
-            producer = new_producer(self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry")
-            try:
-                await producer.start()
-            except BaseException:
-                await producer.stop()
-                raise
-            return producer
-
-        self._producer = await retry(started_producer, self.outage, backoff)
+        self._producer = await retry(
+            lambda: started_producer(
+                self.bootstrap, security=self.security, linger_ms=0, client_id="kdiv-dev-registry"
+            ),
+            self.outage,
+            backoff,
+        )
         log.info(
             "dev registry: %d records replayed from %s: %d schemas, %d subjects (%d records not used)",
             replayed,
