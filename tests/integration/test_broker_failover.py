@@ -435,8 +435,9 @@ async def test_a_frozen_node_under_a_running_worker_is_said_or_ridden_out_never_
         leader = await leader_of(cluster.bootstrap, topic, 0)
         victim = leader if frozen == "leader" else next(n.node_id for n in cluster.nodes if n.node_id != leader)
         cluster.pause_node(victim)
-        # The probes' margin over the bound: the log ends' poll (5 s), a judgement (1 s), a probe (1 s).
-        silent = await never_silent(worker, topic, acked, 45, stall_s + 8)
+        # The probes' margin over the bound: a log ends' poll (5 s) whose read may wait its
+        # bound (10 s) before the backlog shows, a judgement (1 s), a probe (1 s) and load.
+        silent = await never_silent(worker, topic, acked, 45, stall_s + 5 + 10 + 3)
         cluster.resume_node(victim)
         victim = None
         assert silent == [], silent

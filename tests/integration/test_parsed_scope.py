@@ -37,6 +37,9 @@ class _Collector:
             self.all_in.set()
         return False
 
+    def on_flushed(self, offsets: Mapping[TP, int]) -> None:
+        return None
+
     async def flush(self) -> None:
         return None
 

@@ -90,7 +90,8 @@ def refusals_explained(bootstrap: str | None = None) -> Iterator[None]:
     loggers = [logging.getLogger(_CONNECT_LOGGER), logging.getLogger("asyncio")]
     reasons = _ConnectReasons()
     for logger in loggers:
-        logger.addFilter(reasons)
+        # First among the logger's filters: one that drops repeated lines must not hide a reason.
+        logger.filters.insert(0, reasons)
     try:
         yield
     except KafkaConnectionError as failed:

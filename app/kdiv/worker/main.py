@@ -16,6 +16,7 @@ from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
 from kdiv.kafka.failures import failure_text, refusals_explained
 from kdiv.worker.faustcompat import check_versions
+from kdiv.worker.logfold import fold_repeats
 from kdiv.worker.service import build_app
 
 # CPython collects its youngest generation every 700 new container objects. The worker makes
@@ -42,3 +43,5 @@ try:
 except KafkaConnectionError as failed:
     raise SystemExit(f"kdiv worker: Kafka at {settings.bootstrap}: {failure_text(failed)}") from None
 app, worker = build_app(settings, cluster)
+# The worker process's own log: the Kafka client's and Faust's repeated lines folded.
+fold_repeats()

@@ -61,7 +61,6 @@ from kdiv.worker.incidents import (
 )
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.logends import LogEnds
-from kdiv.worker.logfold import fold_repeats
 from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.ownership import Ownership
 from kdiv.worker.progress import Liveness, PartitionProgress, Progress
@@ -474,7 +473,6 @@ def build_app(
 
     register_views(app, worker)
     exit_when_stop_overruns(lambda: app.should_stop, settings.stop_timeout_s)
-    fold_repeats()
 
     follow_incidents(app, worker)
 

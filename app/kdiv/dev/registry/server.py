@@ -60,7 +60,10 @@ class DevRegistry:
 
     async def start(self) -> None:
         backoff = Backoff()
-        await retry(self._ensure_topic, self.outage, backoff)
+        # The first contact is not retried: a broker that cannot be reached when the registry
+        # starts is an error in one line (the dev stack starts it after `kdiv wait-for-broker`);
+        # outages after it are ridden out.
+        await self._ensure_topic()
         replayed = await retry(self._replay, self.outage, backoff)
 
         self._producer = await retry(
