@@ -73,12 +73,7 @@ class LogEnds:
             self.judge()
 
     async def close(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                await asyncio.wait_for(consumer.stop(), self.settings.broker_timeout_s)
-            except UNREACHABLE:
-                pass  # stopping: nothing waits for it
+        await self._drop_consumer()
 
     async def poll_once(self) -> None:
         """One measurement: log ends read, suspects looked at, stalls judged and logged."""
@@ -102,7 +97,7 @@ class LogEnds:
                     progress.only_markers_before_end(key, now)
         except UNREACHABLE as error:
             progress.log_ends_failed(_describe(error, timeout), now)
-            await self._restart()
+            await self._drop_consumer()
         self.judge()
 
     def judge(self) -> None:
@@ -160,8 +155,8 @@ class LogEnds:
             self._consumer = consumer
         return self._consumer
 
-    async def _restart(self) -> None:
-        """After a failed read: a new connection next time (a frozen one may never answer)."""
+    async def _drop_consumer(self) -> None:
+        """Stop the consumer; the next read starts a new connection (after a failed read: a frozen one may never answer)."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await self._stop_quietly(consumer)

@@ -114,10 +114,9 @@ class Progress:
     def __init__(self, stall_ms: int) -> None:
         self.stall_ms = stall_ms
         self._parts: dict[Key, _Partition] = {}
-        # When measuring began, when the log ends were last read, since when reading them fails.
+        # When measuring began, when the log ends were last read, and the last read's error.
         self.started_ms: int | None = None
         self.log_ends_read_at_ms: int | None = None
-        self.log_ends_failing_since_ms: int | None = None
         self.log_ends_error: str | None = None
 
     # -- what the worker reports ------------------------------------------------------------
@@ -164,7 +163,6 @@ class Progress:
     def log_ends(self, ends: dict[Key, tuple[int, int]], now_ms: int) -> None:
         """The true (log start, log end) of partitions, read at `now_ms`."""
         self.log_ends_read_at_ms = now_ms
-        self.log_ends_failing_since_ms = None
         self.log_ends_error = None
         for key, (start, end) in ends.items():
             part = self._parts.get(key)
@@ -183,8 +181,6 @@ class Progress:
 
     def log_ends_failed(self, error: str, now_ms: int) -> None:
         """Reading the log ends failed (the broker did not answer within its bound)."""
-        if self.log_ends_failing_since_ms is None:
-            self.log_ends_failing_since_ms = now_ms
         self.log_ends_error = error
 
     def only_markers_before_end(self, key: Key, now_ms: int) -> None:
@@ -263,20 +259,19 @@ class Progress:
         """Since when the log ends are unread (the last read, or the start)."""
         return self.log_ends_read_at_ms if self.log_ends_read_at_ms is not None else self.started_ms
 
+    def _measured(self, key: Key, part: _Partition, now_ms: int) -> PartitionProgress:
+        lag, appended_after = self._lag(part)
+        age = None if lag is None else 0 if lag == 0 or appended_after is None else max(now_ms - appended_after, 0)
+        return PartitionProgress(key[0], key[1], part.validated, part.log_end, lag, age, part.stalled_since_ms)
+
     def snapshot(self, now_ms: int) -> list[PartitionProgress]:
         """Every assigned partition's progress, sorted."""
-        out = []
-        for (topic, partition), part in sorted(self._parts.items()):
-            lag, appended_after = self._lag(part)
-            age = None if lag is None else 0 if lag == 0 or appended_after is None else max(now_ms - appended_after, 0)
-            out.append(
-                PartitionProgress(topic, partition, part.validated, part.log_end, lag, age, part.stalled_since_ms)
-            )
-        return out
+        return [self._measured(key, part, now_ms) for key, part in sorted(self._parts.items())]
 
     def of(self, key: Key, now_ms: int) -> PartitionProgress | None:
         """One partition's progress (None: not assigned here)."""
-        return next((p for p in self.snapshot(now_ms) if (p.topic, p.partition) == key), None)
+        part = self._parts.get(key)
+        return None if part is None else self._measured(key, part, now_ms)
 
     def suspects(self, min_idle_ms: int, now_ms: int) -> list[tuple[Key, int, int]]:
         """Partitions whose small backlog has not moved for `min_idle_ms`: (key, validated,
