@@ -359,14 +359,16 @@ async def _health_status(worker: WorkerProcess) -> str:
 
 
 async def never_silent(
-    worker: WorkerProcess, topic: str, acked: dict[int, int], seconds: float, bound_s: float
+    worker: WorkerProcess, topic: str, acked: dict[int, list[tuple[int, float]]], seconds: float, bound_s: float
 ) -> list:
-    """Probe every second for `seconds`: a partition with acknowledged records not validated,
-    and no record validated for longer than `bound_s`, must be said on /health ("stalled").
-    The silent moments found (empty: none)."""
+    """Probe every second for `seconds`: a partition whose oldest acknowledged record not yet
+    validated was acknowledged longer than `bound_s` ago must be said on /health ("stalled").
+    (A producer may itself wait on a frozen leader for its request timeout: records it has not
+    had acknowledged are not yet in the log, and no validator can be behind on them.)
+    The silent moments found (empty: none): (seconds waiting, partition, validated, acked, status)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
-    last: dict[int, tuple[int, float]] = {}
+    last: dict[int, int] = {}
     silent = []
     while loop.time() < end:
         now = loop.time()
@@ -375,36 +377,44 @@ async def never_silent(
             try:
                 validated = await records_validated(worker, topic, partition)
             except (aiohttp.ClientError, TimeoutError):
-                validated = last.get(partition, (0, now))[0]
-            seen, since = last.get(partition, (-1, now))
-            if validated != seen:
-                last[partition] = (validated, now)
-                continue
-            behind = acked.get(partition, 0) > validated
-            if behind and now - since > bound_s and status != "stalled":
-                silent.append((round(now - since), partition, validated, acked.get(partition), status))
+                validated = last.get(partition, 0)
+            last[partition] = validated
+            acks = acked.get(partition, [])
+            waiting_since = next((at for acked_end, at in acks if acked_end > validated), None)
+            if waiting_since is not None and now - waiting_since > bound_s and status != "stalled":
+                silent.append((round(now - waiting_since), partition, validated, acks[-1][0], status))
         await asyncio.sleep(1)
     return silent
 
 
 async def write_counting(
-    writer: DivWriter, topic: str, acked: dict[int, int], rate: float, stop: asyncio.Event
+    writer: DivWriter, topic: str, acked: dict[int, list[tuple[int, float]]], rate: float, stop: asyncio.Event
 ) -> None:
-    """Data records to every partition at `rate`, acks=all; `acked` counts what each partition
-    holds (the START_OF_SEGMENT included), as the worker's validated count does."""
+    """Data records to every partition at `rate`, acks=all; `acked` lists per partition
+    (records the partition holds, the START_OF_SEGMENT included, as the worker's validated
+    count counts them; the loop time they were known acknowledged)."""
+    loop = asyncio.get_running_loop()
     i = 0
     pending: list[tuple[int, asyncio.Future]] = []
+
+    def note(partition: int, future: asyncio.Future) -> None:
+        held = future.result().offset + 1
+        acks = acked.setdefault(partition, [])
+        if not acks or held > acks[-1][0]:
+            acks.append((held, loop.time()))
+
     while not stop.is_set():
         partition = i % PARTITIONS
         pending.append((partition, await writer.send(topic, b"v%d" % i, key=b"k%d" % i, partition=partition)))
         i += 1
         for partition, future in [p for p in pending if p[1].done()]:
             if future.exception() is None:
-                acked[partition] = future.result().offset + 1
+                note(partition, future)
         pending = [p for p in pending if not p[1].done()]
         await asyncio.sleep(1 / rate)
     for partition, future in pending:
-        acked[partition] = max(acked.get(partition, 0), (await future).offset + 1)
+        await future
+        note(partition, future)
 
 
 @pytest.mark.parametrize("frozen", ["leader", "follower"])
@@ -412,7 +422,8 @@ async def test_a_frozen_node_under_a_running_worker_is_said_or_ridden_out_never_
     """The leader of the watched partitions, or a follower under acks=all and
     min.insync.replicas=2, frozen (SIGSTOP) for 45 s while a worker validates: at no moment
     does the worker stand still behind acknowledged records for longer than its stall bound
-    without /health saying `stalled`; after SIGCONT it catches up within seconds, and a
+    without /health saying `stalled` (measured from when the records were acknowledged);
+    after SIGCONT it catches up within seconds, and a
     clean, idempotent acks=all stream gives no incident."""
     cluster = three_nodes
     topic = f"frozen-{frozen}-{uuid.uuid4().hex[:8]}"
@@ -423,7 +434,7 @@ async def test_a_frozen_node_under_a_running_worker_is_said_or_ridden_out_never_
         {"KDIV_STALL_S": str(stall_s), "KDIV_BROKER_TIMEOUT_S": "10", "KDIV_COMMIT_TIMEOUT_S": "15"}
     )
     writer = await DivWriter.start(cluster.bootstrap, producer_options={"acks": "all", "enable_idempotence": True})
-    acked: dict[int, int] = {}
+    acked: dict[int, list[tuple[int, float]]] = {}
     stop = asyncio.Event()
     writing = None
     victim = None

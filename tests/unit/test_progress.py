@@ -148,3 +148,17 @@ def test_seeks_back_again_and_again_are_no_progress_and_do_not_hide_a_stall():
         progress.validated(KEY, 100, second * S)
         progress.validated(KEY, 110, second * S)
     assert [c.key for c in progress.judge(30 * S)] == [KEY]
+
+
+def test_a_backlog_after_a_log_that_stood_still_is_dated_by_the_last_read_that_saw_it_still():
+    """A leader frozen under its producer: the log end stands still for 40 s while the
+    producer's request waits, then the producer is answered elsewhere and the log grows. The
+    backlog is 2 s old when first seen, not 40: no stall yet."""
+    progress = _progress(stall_s=15)
+    progress.starts_at(KEY, 119, 0)
+    for second in range(0, 42, 5):
+        progress.log_ends({KEY: (0, 119)}, second * S)
+    progress.log_ends({KEY: (0, 395)}, 42 * S)
+    assert progress.judge(42 * S) == []
+    assert progress.of(KEY, 42 * S).lag_age_ms == 2 * S
+    assert [(c.key, c.since_ms) for c in progress.judge(55 * S)] == [(KEY, 40 * S)]

@@ -8,8 +8,9 @@ the batch path reports what it committed); nothing here reads a clock or the bro
 The oldest unvalidated record's age comes from the log ends' history: the record at the
 validated offset v was appended after the last read that saw the log end at or before v
 (its age is at most the time since that read: an upper bound, by one poll when the reads
-come every poll). Only the reads that moved the end are kept, and only from the one before
-v on, so the history stays short while the worker keeps up.
+come every poll). Only the reads that moved the end are kept, each with the time it was last
+seen unmoved, and only from the one before v on, so the history stays short while the worker
+keeps up.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class _Partition:
     moved_at_ms: int = 0
     log_start: int | None = None
     log_end: int | None = None
-    # (time read, log end) of the reads that moved the log end, in order.
+    # (time last read, log end) of the reads that moved the log end, in order.
     readings: deque[tuple[int, int]] = field(default_factory=deque)
     stalled_since_ms: int | None = None
 
@@ -169,7 +170,11 @@ class Progress:
             if part is None:
                 continue
             part.log_start = start
-            if part.log_end is None or end != part.log_end:
+            if part.readings and part.readings[-1][1] == end:
+                # The same end seen again: what comes after it was appended after this read,
+                # not the first one that saw it (a log that stood still, then grew).
+                part.readings[-1] = (now_ms, end)
+            elif part.log_end is None or end != part.log_end:
                 part.readings.append((now_ms, end))
                 if len(part.readings) > MAX_READINGS:
                     kept = list(part.readings)
