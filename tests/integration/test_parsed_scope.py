@@ -40,8 +40,11 @@ class _Collector:
     def on_flushed(self, offsets: Mapping[TP, int]) -> None:
         return None
 
-    async def flush(self) -> None:
+    def forget_offsets(self, tps: Sequence[TP]) -> None:
         return None
+
+    async def flush(self) -> Mapping[TP, int]:
+        return {}
 
 
 async def _plain_read(bootstrap: str, topic: str) -> list[Any]:

@@ -3,13 +3,13 @@ re-reads from its last committed offset reports exactly what an uncrashed worker
 
 The writes are made by the production `kdiv.worker.unit.UnitOfWork` into an in-memory sink
 (`MemorySink`) that keeps them in one ordered log and fails at a chosen write or at the
-release; the committed offset is that of some unit whose commit was released.
+release; the committed offset is one that a released commit returned (the unit of work
+owns the offsets it covers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import replace
@@ -92,6 +92,8 @@ class MemorySink:
     def __init__(self, log: list) -> None:
         self.log = log
         self.fail_at: int | None = None
+        # Crash at the first write after a release instead (after a push marker's early commit).
+        self.fail_after_release = False
         self.steps: list[str] = []
 
     def _write(self, kind: str, key: bytes, value: object) -> None:
@@ -137,6 +139,9 @@ class MemorySink:
         self.steps.append("release")
         if self.fail_at is not None:
             raise Crash("release")
+        if self.fail_after_release:
+            self.fail_after_release = False
+            self.fail_at = 0
 
 
 class Worker:
@@ -146,21 +151,28 @@ class Worker:
         self.live = LiveValidation(DataIntegrityValidator(start_in_push=in_push))
         self.live.load(TOPIC, 0, saved.items())
 
-    async def run_unit(self, records: list[ConsumedRecord], sink: MemorySink) -> None:
-        """Validate `records` and commit them; a push marker commits what came before it first."""
+    async def run_unit(self, records: list[ConsumedRecord], sink: MemorySink, committable: list[int]) -> None:
+        """Validate `records` and commit them, as the batch path does: a push marker commits
+        what came before it first, each record taken is covered by the unit; the offsets each
+        released commit lets commit are appended to `committable`."""
         unit = UnitOfWork()
+        key = (TOPIC, 0)
         for record in records:
             if self.live.opens_unit(record):
-                await self._commit(unit.split([(TOPIC, 0)]), sink)
+                unit.cover(key, record.offset)
+                await self._commit(unit.split([key]), sink, committable)
             result = self.live.process(record, NOW)
-            unit.touch((TOPIC, 0))
+            unit.touch(key)
             if result is not None:
-                unit.add_incidents((TOPIC, 0), incidents_for(result, NOW))
-        await self._commit(unit, sink)
+                unit.add_incidents(key, incidents_for(result, NOW))
+            unit.cover(key, record.offset + 1)
+        await self._commit(unit, sink, committable)
 
-    async def _commit(self, unit: UnitOfWork, sink: MemorySink) -> None:
+    async def _commit(self, unit: UnitOfWork, sink: MemorySink, committable: list[int]) -> None:
         unit.gather(self.live, None, "")
-        await unit.commit(sink)
+        committed = await unit.commit(sink)
+        if (TOPIC, 0) in committed.offsets:
+            committable.append(committed.offsets[(TOPIC, 0)])
 
 
 def _saved_state(log: list) -> dict[bytes, bytes]:
@@ -175,40 +187,47 @@ def _saved_state(log: list) -> dict[bytes, bytes]:
 
 
 async def _replay(records, unit_cuts, in_push, crash_points, committed_choices):
-    """Run over `records` with crashes; returns (incidents by key, final saved state)."""
+    """Run over `records` with crashes; returns (incidents by key, final saved state). After
+    a crash the worker starts again at an offset some released commit returned (Faust
+    commits the offsets a flush hands it, maybe not the last ones: commits are periodic)."""
     log: list = []
     sink = MemorySink(log)
-    bounds = [0, *[c for c in unit_cuts if 0 < c < len(records)], len(records)]
-    units = [records[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    bounds = sorted({c for c in unit_cuts if 0 < c < len(records)} | {len(records)})
     crash_points = list(crash_points)
     committed_choices = list(committed_choices)
 
     worker = Worker({}, in_push)
-    position = 0  # next unit to run
-    released: list[int] = []  # units whose commit was released, in order
-    while position < len(units):
-        crashing = bool(crash_points) and crash_points[0] <= position + 1
+    start = 0  # the next record's offset
+    units_run = 0
+    committable: list[int] = []  # offsets released commits let commit, in order
+    while start < len(records):
+        end = next(b for b in bounds if b > start)
+        units_run += 1
+        crashing = bool(crash_points) and crash_points[0] <= units_run
         if crashing:
             crash_points.pop(0)
             # Anywhere in this unit's writes, or at its release; past them: right after it.
-            sink.fail_at = (committed_choices.pop(0) if committed_choices else 0) % 24
+            # One time in four: at the first write after a release (a push marker's early
+            # commit), which the worker starts again from.
+            choice = committed_choices.pop(0) if committed_choices else 0
+            if choice % 4 == 3:
+                sink.fail_after_release = True
+            else:
+                sink.fail_at = choice % 24
         try:
-            await worker.run_unit(units[position], sink)
-            released.append(position)
+            await worker.run_unit(records[start:end], sink, committable)
         except Crash:
             pass
-        position += 1
+        start = end
         if not crashing:
             continue
-        sink.fail_at = None
-        # Committed: a unit whose commit was released (Faust commits after a flush), maybe
-        # not the last one (commits are periodic).
-        committed_unit = released[-1] if released else -1
-        if committed_choices and committed_unit >= 0:
-            committed_unit -= committed_choices.pop(0) % (committed_unit + 1)
-        released = [u for u in released if u <= committed_unit]
+        sink.fail_at, sink.fail_after_release = None, False
+        committed = committable[-1] if committable else 0
+        if committed_choices and committable:
+            committed = committable[-1 - committed_choices.pop(0) % len(committable)]
+        committable = [offset for offset in committable if offset <= committed]
         worker = Worker(_saved_state(log), in_push)
-        position = committed_unit + 1
+        start = committed
     incidents = {key: value for kind, key, value in log if kind == "incident"}
     return incidents, _saved_state(log)
 
@@ -388,3 +407,24 @@ def test_bring_forward_applies_a_record_to_its_producer_and_leaves_the_partition
     assert result.verdict.value == "OK"
     assert validator.partitions[(TOPIC, 0)].tracker.segment(result.guid).last_offset == 1
     assert (part.last_offset, part.records) == before[2:4]
+
+
+def test_the_unit_owns_its_offsets_through_split_failure_and_seek():
+    """The offsets a unit covers are what its commit returns, once written: a split takes
+    them with the work, a failed commit returns none and keeps them, a seek drops them."""
+    unit = UnitOfWork()
+    a, b = (TOPIC, 0), (TOPIC, 1)
+    unit.cover(a, 10)
+    unit.cover(b, 7)
+    early = unit.split([a])
+    assert asyncio.run(early.commit(MemorySink([]))).offsets == {a: 10}
+    unit.cover(a, 15)
+    failing = MemorySink([])
+    failing.fail_at = 0
+    with pytest.raises(Crash):
+        asyncio.run(unit.commit(failing))
+    assert asyncio.run(unit.commit(MemorySink([]))).offsets == {a: 15, b: 7}
+    unit.cover(a, 20)
+    unit.touch(b)
+    unit.uncover(a)  # read again from elsewhere: nothing it took may commit
+    assert asyncio.run(unit.commit(MemorySink([]))).offsets == {}

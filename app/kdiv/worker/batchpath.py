@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from aiokafka.errors import KafkaError
@@ -90,6 +90,8 @@ class BatchPath:
         self.commit_timeout_s = commit_timeout_s
         self.commit_failures = CommitFailures()
         self._unflushed_records = 0
+        # Per partition, the offset written units let commit, not yet handed to the consumer.
+        self._committable: dict[tuple[str, int], int] = {}
         # (result, its incident) of the bulk path's reported results, for the fault run log.
         self._observed: list = []
         # Per partition, the producers whose OK records the bulk path must report (`IncidentLog`).
@@ -98,6 +100,13 @@ class BatchPath:
     def forget_watch(self, key: tuple[str, int]) -> None:
         """The producers watched on a partition's bulk path are made again at its next batch."""
         self._watch.pop(key, None)
+
+    def forget_offsets(self, keys: Iterable[tuple[str, int]]) -> None:
+        """The partitions are read again from elsewhere (a seek): nothing taken before it
+        may commit."""
+        for key in keys:
+            self.unit.uncover(key)
+            self._committable.pop(key, None)
 
     def forget_batch(self, key: tuple[str, int]) -> None:
         """Drop what the batch path holds of a partition besides the unit of work (its log is gone)."""
@@ -120,7 +129,9 @@ class BatchPath:
             else:
                 if audit is not None and audit.is_route_topic(tp.topic):
                     audit.observe(tp.topic, tp.partition, records)
-                await self._validate_div(key, records, now)
+                if not await self._validate_div(key, records, now):
+                    continue  # not taken: read again
+            self.unit.cover(key, records[-1].offset + 1)
         self.rewinds.note_rewinds()
         return self._unflushed_records >= self.batch_max
 
@@ -132,14 +143,15 @@ class BatchPath:
         audit.receive(partition, records, now)
         self.unit.touch(key)
 
-    async def _validate_div(self, key: tuple[str, int], records: Sequence, now: int) -> None:
+    async def _validate_div(self, key: tuple[str, int], records: Sequence, now: int) -> bool:
         """A DIV partition's records: in bulk while they are new in-order records, one by one
-        otherwise (re-deliveries, push markers), each record's headers scanned once."""
+        otherwise (re-deliveries, push markers), each record's headers scanned once. False
+        when they were not all taken (they are read again)."""
         topic, partition = key
         live = self.live
         self.ownership.ensure_loaded(key)
         if self.rewinds.checks_leader_epochs and await self.rewinds.log_diverged(key, records):
-            return  # read again from where the log diverged
+            return False  # read again from where the log diverged
         self.schemas.note_framing(topic, partition, records)
         watch = self._watch.get(key)
         if watch is None:
@@ -159,13 +171,14 @@ class BatchPath:
             if i == stop:
                 await asyncio.sleep(0)
                 if not live.is_loaded(topic, partition):
-                    return  # revoked meanwhile: its new owner reads these records again
+                    return False  # revoked meanwhile: its new owner reads these records again
                 continue
             # A re-delivery or a push marker, one by one.
             record = consumed(topic, partition, records[i])
             scanned = scan_div_header(record.headers)
             if live.opens_unit(record, scanned):
-                # A push marker: what came before it is written before it is judged.
+                # A push marker: what came before it is written (and may commit) before it is judged.
+                self.unit.cover(key, record.offset)
                 await self._commit(self.unit.split([key]))
             result = live.process(record, now, scanned)
             if result is not None:
@@ -173,6 +186,7 @@ class BatchPath:
             i += 1
         self.unit.touch(key)
         self._unflushed_records += end
+        return True
 
     async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
         """A changefeed partition's records: row checksums instead of DIV."""
@@ -197,8 +211,9 @@ class BatchPath:
                 self.unit.add_incidents(key, incidents)
         results.clear()
 
-    async def flush(self) -> None:
-        """Write everything validated since the last flush, in the crash protocol's order."""
+    async def flush(self) -> dict[tuple[str, int], int]:
+        """Write everything validated since the last flush, in the crash protocol's order;
+        the offsets that may commit now (of this commit and of any made since the last flush)."""
         await self.schemas.judge_schemas(self.unit)
         for incident in self.changefeeds.give_up_held(self.clock()):
             self.unit.add_incident((incident.topic, incident.partition), incident)
@@ -215,6 +230,8 @@ class BatchPath:
         self.runs.observe(observed)
         self._watch.clear()
         self.stats.batches += 1
+        committable, self._committable = self._committable, {}
+        return committable
 
     def _evict_over_limit(self) -> None:
         """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
@@ -263,6 +280,7 @@ class BatchPath:
         since, attempts = failures.succeeded()
         if since is not None:
             log.warning("commit written after %d failed attempts since %s", attempts, iso_utc(since))
+        self._committable.update(committed.offsets)
         self.stats.incidents_sent += committed.incidents
         self.runs.written(committed.written_incidents)
         self.stats.ledger_entries_sent += committed.ledger_entries

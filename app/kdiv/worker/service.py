@@ -401,8 +401,14 @@ class ValidationWorker:
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
         return await self.batches.process(batch)
 
-    async def flush(self) -> None:
-        await self.batches.flush()
+    async def flush(self) -> dict[TP, int]:
+        """Write what is pending; the offsets that may commit now (progress is told them)."""
+        offsets = {TP(*key): offset for key, offset in (await self.batches.flush()).items()}
+        self.on_flushed(offsets)
+        return offsets
+
+    def forget_offsets(self, tps: Sequence[TP]) -> None:
+        self.batches.forget_offsets((tp.topic, tp.partition) for tp in tps)
 
 
 def build_app(

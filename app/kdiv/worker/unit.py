@@ -12,7 +12,9 @@ order makes a crash at any point lose nothing and report nothing twice):
 4. Write the open traces of the observations partitions, and wait until the changelog
    records of the state and the traces are acknowledged.
 5. Release: every write is handed over; the source offsets the unit covers may be committed
-   from then on (never before: a commit says everything before it is saved).
+   from then on (never before: a commit says everything before it is saved). `commit`
+   returns them: the unit owns its offsets, as records are taken (`cover`), carried through
+   `split`, and the consumer only learns which offsets may commit (`Committed.offsets`).
 
 A sink that fails at any step leaves a prefix of these writes; the source records after the
 last commit are then read and validated again. A commit is bounded in time (`commit`'s
@@ -24,8 +26,8 @@ writes it all again under the same keys, so a retry doubles no incident and lose
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kdiv.worker.incidents import Incident
@@ -85,6 +87,9 @@ class PartitionWork:
     has_state: bool = False
     observations: list[tuple[bytes, bytes]] = field(default_factory=list)
     traces: list[Change] = field(default_factory=list)
+    # The source offset after the last record this work covers (None: it covers no record,
+    # e.g. traces judged at a flush): committable once the work is written.
+    offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,9 @@ class Committed:
     written_incidents: tuple[Incident, ...] = ()
     ledger_entries: int = 0
     state_writes: int = 0
+    # Per partition, the source offset every record before which is validated and written:
+    # what may be committed now.
+    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def incidents(self) -> int:
@@ -146,6 +154,18 @@ class UnitOfWork:
     def touch(self, key: tuple[str, int]) -> None:
         """The partition has validated records: its state is taken at the next commit."""
         self._of(key)
+
+    def cover(self, key: tuple[str, int], next_offset: int) -> None:
+        """Every record of the partition before `next_offset` is validated into this unit:
+        once it is written, that offset may be committed."""
+        self._of(key).offset = next_offset
+
+    def uncover(self, key: tuple[str, int]) -> None:
+        """The partition is read again from elsewhere (a seek): its pending work commits no
+        offset until records are taken again."""
+        work = self._work.get(key)
+        if work is not None:
+            work.offset = None
 
     def add_incident(self, key: tuple[str, int], incident: Incident) -> None:
         self._of(key).incidents.append(incident)
@@ -199,9 +219,11 @@ class UnitOfWork:
 
     async def commit(self, sink: StateSink, timeout_s: float | None = None) -> Committed:
         """Write the unit through `sink` in the crash protocol's steps (module docstring); the
-        unit is empty afterwards. Past `timeout_s` (CommitTimedOut) or on an exception from
+        unit is empty afterwards, and what it wrote names the offsets that may commit. Past `timeout_s` (CommitTimedOut) or on an exception from
         the sink, the unit keeps every write, and its next commit writes them all again."""
         work = sorted(self._work.items())
+        # The offsets as they are now: records covered while the commit runs are not in it.
+        offsets = {key: part.offset for key, part in work if part.offset is not None}
         try:
             committed = await asyncio.wait_for(self._write(work, sink, bool(self.failed_commits)), timeout_s)
         except TimeoutError:
@@ -215,7 +237,7 @@ class UnitOfWork:
             if self._work.get(key) is part:
                 del self._work[key]
         self.failed_commits = 0
-        return committed
+        return replace(committed, offsets=offsets)
 
     @staticmethod
     async def _write(work: list[tuple[tuple[str, int], PartitionWork]], sink: StateSink, again: bool) -> Committed:

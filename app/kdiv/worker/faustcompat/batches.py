@@ -9,10 +9,11 @@ fetch loop (`Consumer._drain_messages`), gives each fetched batch of the watched
 `SourceBatchHandler` as aiokafka's own records, and passes every other record (changelogs
 being restored or kept as standbys) to Faust exactly as Faust's loop does.
 
-Commits: the handler validates in `process` and keeps what it found pending; `flush`
-writes it in the order the crash protocol needs (incidents acknowledged, then state). Only
-records flushed count as processed: `_new_offset` (what Faust commits) is the offset after
-the last flushed record, so one commit covers everything before it and no per-record
+Commits: the handler validates in `process` and keeps what it found pending, with the
+offsets it covers (its unit of work owns them); `flush` writes it in the order the crash
+protocol needs (incidents acknowledged, then state) and returns the offsets that may commit
+now. Those are all the consumer keeps: `_new_offset` (what Faust commits) is the offset the
+handler last let commit, so one commit covers everything before it and no per-record
 bookkeeping is needed. Faust's commit ticks and its rebalance and shutdown path
 (`wait_empty`) flush first.
 
@@ -49,12 +50,17 @@ class SourceBatchHandler(Protocol):
         be flushed now."""
         ...
 
-    async def flush(self) -> None:
-        """Write everything pending; afterwards every processed record may be committed."""
+    async def flush(self) -> Mapping[TP, int]:
+        """Write everything pending; the offsets that may be committed now."""
+        ...
+
+    def forget_offsets(self, tps: Sequence[TP]) -> None:
+        """The partitions were moved (a seek): nothing taken before may commit."""
         ...
 
     def on_flushed(self, offsets: Mapping[TP, int]) -> None:
-        """Every record before these offsets is validated and written (progress)."""
+        """Every record before these offsets counts as validated and written (a partition
+        resumed where its saved state ends, with nothing to read before it)."""
         ...
 
 
@@ -156,9 +162,8 @@ class BatchDrainConsumer:
             if not self.flow_active or self.app.consumer_generation_id != generation:  # type: ignore[attr-defined]
                 # A rebalance began after the fetch: the new assignment reads these again.
                 return
-            processed = self._offsets("_kdiv_processed")
             for tp, tp_records in batch.items():
-                read_offset[tp] = processed[tp] = tp_records[-1].offset + 1
+                read_offset[tp] = tp_records[-1].offset + 1
             if await handler.process(batch):
                 await self._flush_locked(handler)
 
@@ -182,10 +187,7 @@ class BatchDrainConsumer:
     # -- flushing before Faust commits ----------------------------------------------------
 
     async def _flush_locked(self, handler: SourceBatchHandler) -> None:
-        await handler.flush()
-        processed = self._offsets("_kdiv_processed")
-        self._offsets("_kdiv_flushed").update(processed)
-        handler.on_flushed(processed)
+        self._offsets("_kdiv_flushed").update(await handler.flush())
 
     async def flush_batches(self) -> None:
         """Write what the handler holds, once the batch in progress is done."""
@@ -241,6 +243,9 @@ class BatchDrainConsumer:
 
     def forget_batches(self, tps) -> None:
         """After a seek: what was processed or flushed before it counts for nothing."""
+        tps = list(tps)
         for tp in tps:
-            self._offsets("_kdiv_processed").pop(tp, None)
             self._offsets("_kdiv_flushed").pop(tp, None)
+        handler = self.batch_handler
+        if handler is not None:
+            handler.forget_offsets(tps)
