@@ -40,10 +40,10 @@ class _Collector:
     def on_flushed(self, offsets: Mapping[TP, int]) -> None:
         return None
 
-    def forget_offsets(self, tps: Sequence[TP]) -> None:
+    def forget_offsets(self, keys: Sequence[tuple[str, int]]) -> None:
         return None
 
-    async def flush(self) -> Mapping[TP, int]:
+    async def flush(self) -> Mapping[tuple[str, int], int]:
         return {}
 
 

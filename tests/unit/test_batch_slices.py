@@ -10,8 +10,8 @@ from typing import Any
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.state.values import StateValues
-from kdiv.worker import batchpath
-from kdiv.worker.batchpath import BatchPath
+from kdiv.worker import divtopics
+from kdiv.worker.divtopics import DivTopics
 from kdiv.worker.live import LiveValidation
 from tests.harness.streams import NOW, Log
 
@@ -30,24 +30,18 @@ def stand_in(**attributes: Any) -> Any:
     return SimpleNamespace(**attributes)
 
 
-def new_batch_path(live: LiveValidation, touched: list) -> BatchPath:
+def new_div_topics(live: LiveValidation, touched: list) -> DivTopics:
     none = stand_in
-    return BatchPath(
+    return DivTopics(
         live=live,
         unit=none(touch=touched.append, add_incidents=lambda key, incidents: None),
-        sink=none(),
         runs=none(producers_in_runs=lambda topic, partition: set()),
         stats=none(),
         clock=lambda: NOW,
-        batch_max=1_000_000,
-        ownership=none(ensure_loaded=lambda key: None),
-        schemas=none(note_framing=lambda topic, partition, records: None),
+        tables={},
+        partition_counts={},
         rewinds=none(checks_leader_epochs=False),
-        log_starts=none(),
-        changefeed_topics=(),
-        changefeeds=none(),
-        audit=None,
-        observations="observations",
+        note_framing=lambda topic, partition, records: None,
     )
 
 
@@ -58,11 +52,11 @@ def new_live() -> LiveValidation:
 
 
 def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_go():
-    records = new_producers_fetch(3 * batchpath.YIELD_EVERY_RECORDS)
+    records = new_producers_fetch(3 * divtopics.YIELD_EVERY_RECORDS)
     whole = new_live()
     whole.process_run("orders", 0, records, 0, NOW, set(), [])
     sliced, touched = new_live(), []
-    path = new_batch_path(sliced, touched)
+    path = new_div_topics(sliced, touched)
     turns = []
 
     async def run() -> None:
@@ -73,7 +67,7 @@ def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_
 
         ticker = asyncio.create_task(tick())
         await asyncio.sleep(0)
-        await path._validate_div(("orders", 0), records, NOW)
+        assert (await path.take(("orders", 0), records, 0, NOW)).stopped_at is None
         ticker.cancel()
 
     asyncio.run(run())
@@ -86,16 +80,17 @@ def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_
 
 
 def test_a_partition_revoked_during_a_pause_is_left_alone():
-    records = new_producers_fetch(batchpath.YIELD_EVERY_RECORDS)
+    records = new_producers_fetch(divtopics.YIELD_EVERY_RECORDS)
     live, touched = new_live(), []
-    path = new_batch_path(live, touched)
+    path = new_div_topics(live, touched)
 
     async def run() -> None:
         async def revoke() -> None:  # runs at the first pause
             live.unload("orders", 0)
 
         revoking = asyncio.create_task(revoke())
-        await path._validate_div(("orders", 0), records, NOW)
+        taken = await path.take(("orders", 0), records, 0, NOW)
+        assert (taken.stopped_at, taken.commit_first) == (0, False)  # not taken: read again
         await revoking
 
     asyncio.run(run())

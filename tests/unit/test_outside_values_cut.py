@@ -9,12 +9,12 @@ import logging
 import os
 import struct
 from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.incident.shape import Incident
-from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.state.codec import StateDecodeError
 from kdiv.state.framing import frame
 from kdiv.state.tables import parse_key, partition_key
@@ -24,8 +24,9 @@ from kdiv.ticdc.simple import verify_simple
 from kdiv.trace.judge import Observation
 from kdiv.worker import audit
 from kdiv.worker.audit import PipelineAudit, decode_observation, encode_observation
+from kdiv.worker.divtopics import DivTopics
 from kdiv.worker.live import LiveValidation
-from kdiv.worker.ownership import Ownership
+from kdiv.worker.unit import UnitOfWork
 from tests.unit.test_audit_records import SETTINGS
 from tests.unit.test_ticdc_simple import dml, table_schema
 
@@ -35,6 +36,8 @@ LINE_BOUND = 1_000
 
 
 class Table:
+    data = None  # not a RocksDB store: its items are read whole
+
     def __init__(self, items: list[tuple[bytes, bytes]]) -> None:
         self._items = items
 
@@ -47,14 +50,22 @@ def test_a_changelog_entry_with_a_huge_key_or_value_is_logged_cut(caplog):
     garbled = frame(7, b"\x02" + os.urandom(MIB))  # the producer branch, then noise
     table = Table([(huge_key, frame(7, b"\x00")), (partition_key("orders", 0), garbled)])
     live = LiveValidation(DataIntegrityValidator(), StateValues(7))
-    app = SimpleNamespace(consumer=SimpleNamespace(assignment=lambda: [SimpleNamespace(topic="orders", partition=0)]))
-    cluster = ClusterView(tansu=False, topics=(WatchedTopic("orders", 1, None),))
-    ownership = Ownership(app, cluster, live, {1: table}, ())
+    div = DivTopics(
+        live=live,
+        unit=UnitOfWork(),
+        runs=cast(Any, None),
+        stats=None,
+        clock=lambda: 0,
+        tables={"orders": table},
+        partition_counts={"orders": 1},
+        rewinds=cast(Any, None),
+        note_framing=lambda topic, partition, records: None,
+    )
     with caplog.at_level(logging.ERROR, logger="kdiv.worker"):
-        ownership.load_assigned()
+        div.load([("orders", 0)])
     lines = [r.getMessage() for r in caplog.records if "unreadable state" in r.getMessage()]
     assert len(lines) == 2, lines
-    assert ownership.load_errors_seen == 2
+    assert div.load_errors_seen == 2
     for line in lines:
         assert len(line) < LINE_BOUND, line[:300]
     assert any(f"({len(huge_key):,} bytes)" in line for line in lines)  # its length is still told

@@ -1,49 +1,51 @@
-"""The worker's batch path: fetched records into the unit of work, by the kind of their topic,
-and the flush that commits it.
+"""The worker's batch path: one record's way from a fetched batch to a committable offset.
 
-Kinds: a DIV topic's records go to `LiveValidation` (a route topic's traced records are
-observed for the pipeline audit first), a TiCDC changefeed's to the row checksum checks,
-the observations topic's to the trace judges. What they find is added to the `UnitOfWork`;
-`flush` adds what is judged at a flush (schemas, held changefeed rows, traces, rewinds,
-deletions, evictions) and commits the unit through the sink (`kdiv.worker.unit`).
+1. `process`: each partition's records go to the handler of its topic's kind
+   (`kdiv.worker.kinds`), loaded first, which validates them into the unit of work; the unit
+   covers the records taken (`UnitOfWork.cover`). A kind that stops before a push marker has
+   what came before it committed first, then goes on from the marker.
+2. `flush`: the checks that run before a commit (hooks, in order: schemas, held changefeed
+   rows, traces, recreated topics, log starts, high watermarks, evictions), then the commit
+   of the unit in the crash protocol's steps (`kdiv.worker.unit`), retried whole until it is
+   written. It returns the offsets the written units let commit: all the consumer learns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from kdiv.clock import iso_utc
-from kdiv.div.record import consumed
-from kdiv.div.validator import ValidationResult
-from kdiv.div.wire import scan_div_header
-from kdiv.worker.audit import PipelineAudit
-from kdiv.worker.changefeeds import ChangefeedChecks
-from kdiv.worker.faustcompat.tables import partition_items
-from kdiv.worker.incident_log import IncidentLog
-from kdiv.worker.incidents import eviction_incident, incidents_for, trace_incident
+from kdiv.worker.kinds import Key, TopicKinds
 from kdiv.worker.live import LiveValidation
-from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.ownership import Ownership
-from kdiv.worker.rewinds import RewindChecks
-from kdiv.worker.schemas import SchemaChecks
-from kdiv.worker.unit import CommitFailures, CommitTimedOut, StateSink, UnitOfWork
+from kdiv.worker.unit import AuditWrites, CommitFailures, Committed, CommitTimedOut, StateSink, UnitOfWork
 
 log = logging.getLogger("kdiv.worker")
 
-# Records validated in one go before the event loop gets a turn (web views, heartbeats).
-YIELD_EVERY_RECORDS = 2_000
 # A commit that failed is tried again after this long, doubling up to the cap: a broker
 # back from an outage is written to within seconds.
 RETRY_FIRST_S = 0.5
 RETRY_CAP_S = 2.0
 # What a commit may fail with and be tried again: a broker that does not answer, or not in time.
 RETRIABLE = (KafkaError, CommitTimedOut, TimeoutError, OSError)
+
+# A check run before each batch (it sees the batch), or before each flush's commit (it may
+# add to the unit); a plain function or a coroutine function.
+BatchHook = Callable[[Mapping[TP, Sequence]], Awaitable[None] | None]
+FlushHook = Callable[[UnitOfWork], Awaitable[None] | None]
+
+
+async def _run(hook: Callable[[Any], Awaitable[None] | None], argument: Any) -> None:
+    outcome = hook(argument)
+    if inspect.isawaitable(outcome):
+        await outcome
 
 
 class BatchPath:
@@ -52,210 +54,94 @@ class BatchPath:
     def __init__(
         self,
         *,
-        live: LiveValidation,
+        kinds: TopicKinds,
+        ownership: Ownership,
         unit: UnitOfWork,
         sink: StateSink,
-        runs: IncidentLog,
-        stats: Any,
+        live: LiveValidation,
         clock: Callable[[], int],
         batch_max: int,
-        ownership: Ownership,
-        schemas: SchemaChecks,
-        rewinds: RewindChecks,
-        log_starts: LogStartChecks,
-        changefeed_topics: Collection[str],
-        changefeeds: ChangefeedChecks,
-        audit: PipelineAudit | None,
-        observations: str,
-        trace_table: Any = None,
+        audit: AuditWrites | None = None,
+        observations: str = "",
         commit_timeout_s: float | None = None,
+        before_batch: Sequence[BatchHook] = (),
+        after_batch: Sequence[Callable[[], None]] = (),
+        before_commit: Sequence[FlushHook] = (),
+        on_committed: Sequence[Callable[[Committed], None]] = (),
+        after_flush: Sequence[Callable[[], None]] = (),
     ) -> None:
-        self.live = live
+        self.kinds = kinds
+        self.ownership = ownership
         self.unit = unit
         self.sink = sink
-        self.runs = runs
-        self.stats = stats
+        # What validation holds for the unit's partitions (`UnitOfWork.gather`).
+        self.live = live
+        self.audit = audit
+        self.observations = observations
         self.clock = clock
         # Records validated since the last flush past which `process` asks for one.
         self.batch_max = batch_max
-        self.ownership = ownership
-        self.schemas = schemas
-        self.rewinds = rewinds
-        self.log_starts = log_starts
-        self.changefeed_topics = changefeed_topics
-        self.changefeeds = changefeeds
-        self.audit = audit
-        self.observations = observations
-        self.trace_table = trace_table
         self.commit_timeout_s = commit_timeout_s
+        self.before_batch = before_batch
+        self.after_batch = after_batch
+        self.before_commit = before_commit
+        self.on_committed = on_committed
+        self.after_flush = after_flush
         self.commit_failures = CommitFailures()
         self._unflushed_records = 0
         # Per partition, the offset written units let commit, not yet handed to the consumer.
-        self._committable: dict[tuple[str, int], int] = {}
-        # (result, its incident) of the bulk path's reported results, for the fault run log.
-        self._observed: list = []
-        # Per partition, the producers whose OK records the bulk path must report (`IncidentLog`).
-        self._watch: dict[tuple[str, int], set[bytes]] = {}
+        self._committable: dict[Key, int] = {}
 
-    def forget_watch(self, key: tuple[str, int]) -> None:
-        """The producers watched on a partition's bulk path are made again at its next batch."""
-        self._watch.pop(key, None)
-
-    def forget_offsets(self, keys: Iterable[tuple[str, int]]) -> None:
+    def forget_offsets(self, keys: Iterable[Key]) -> None:
         """The partitions are read again from elsewhere (a seek): nothing taken before it
         may commit."""
         for key in keys:
             self.unit.uncover(key)
             self._committable.pop(key, None)
 
-    def forget_batch(self, key: tuple[str, int]) -> None:
-        """Drop what the batch path holds of a partition besides the unit of work (its log is gone)."""
-        self.forget_watch(key)
-        self.schemas.forget(key)
-
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
         """Validate fetched records (aiokafka's parsed records, in offset order per partition)
         into the unit of work, by the kind of their topic; written by `flush`. True when
         enough is pending to flush now."""
         now = self.clock()
-        await self.log_starts.check_log_starts(batch)
-        audit = self.audit
+        self.ownership.load((tp.topic, tp.partition) for tp in batch)
+        for hook in self.before_batch:
+            await _run(hook, batch)
         for tp, records in batch.items():
             key = (tp.topic, tp.partition)
-            if tp.topic in self.changefeed_topics:
-                await self._verify_changefeed(key, records, now)
-            elif audit is not None and tp.topic == self.observations:
-                self._receive_observations(audit, key, records, now)
-            else:
-                if audit is not None and audit.is_route_topic(tp.topic):
-                    audit.observe(tp.topic, tp.partition, records)
-                if not await self._validate_div(key, records, now):
-                    continue  # not taken: read again
-            self.unit.cover(key, records[-1].offset + 1)
-        self.rewinds.note_rewinds()
+            kind = self.kinds.of(tp.topic)
+            if kind is None or not records:
+                continue
+            start = 0
+            while True:
+                taken = await kind.take(key, records, start, now)
+                if taken.stopped_at is None:
+                    self.unit.cover(key, records[-1].offset + 1)
+                    self._unflushed_records += len(records) - start
+                    break
+                if not taken.commit_first:
+                    break  # not taken: read again
+                # What came before the record at `stopped_at` is written (and may commit) first.
+                self.unit.cover(key, records[taken.stopped_at].offset)
+                self._unflushed_records += taken.stopped_at - start
+                await self._commit(self.unit.split([key]))
+                start = taken.stopped_at
+        for after in self.after_batch:
+            after()
         return self._unflushed_records >= self.batch_max
 
-    def _receive_observations(self, audit: PipelineAudit, key: tuple[str, int], records: Sequence, now: int) -> None:
-        """An observations partition's records: into its trace judge."""
-        partition = key[1]
-        if partition not in audit.judges:
-            audit.load(partition, partition_items(self.trace_table, partition))
-        audit.receive(partition, records, now)
-        self.unit.touch(key)
-
-    async def _validate_div(self, key: tuple[str, int], records: Sequence, now: int) -> bool:
-        """A DIV partition's records: in bulk while they are new in-order records, one by one
-        otherwise (re-deliveries, push markers), each record's headers scanned once. False
-        when they were not all taken (they are read again)."""
-        topic, partition = key
-        live = self.live
-        self.ownership.ensure_loaded(key)
-        if self.rewinds.checks_leader_epochs and await self.rewinds.log_diverged(key, records):
-            return False  # read again from where the log diverged
-        self.schemas.note_framing(topic, partition, records)
-        watch = self._watch.get(key)
-        if watch is None:
-            watch = self._watch[key] = live.producers_behind_deletions(topic, partition)
-            watch |= self.runs.producers_in_runs(topic, partition)
-        results: list[ValidationResult] = []
-        i, end = 0, len(records)
-        while True:
-            # In slices, the event loop served between them: a fetch of new producers' records
-            # takes the full path record by record, and /health must answer meanwhile.
-            stop = min(end, i + YIELD_EVERY_RECORDS)
-            taken = records if i == 0 and stop == end else records[i:stop]
-            i += live.process_run(topic, partition, taken, 0, now, watch, results)
-            self._observe(key, results, now)
-            if i == end:
-                break
-            if i == stop:
-                await asyncio.sleep(0)
-                if not live.is_loaded(topic, partition):
-                    return False  # revoked meanwhile: its new owner reads these records again
-                continue
-            # A re-delivery or a push marker, one by one.
-            record = consumed(topic, partition, records[i])
-            scanned = scan_div_header(record.headers)
-            if live.opens_unit(record, scanned):
-                # A push marker: what came before it is written (and may commit) before it is judged.
-                self.unit.cover(key, record.offset)
-                await self._commit(self.unit.split([key]))
-            result = live.process(record, now, scanned)
-            if result is not None:
-                results.append(result)
-            i += 1
-        self.unit.touch(key)
-        self._unflushed_records += end
-        return True
-
-    async def _verify_changefeed(self, key: tuple[str, int], records: Sequence, now: int) -> None:
-        """A changefeed partition's records: row checksums instead of DIV."""
-        topic, partition = key
-        self.schemas.note_framing(topic, partition, records)
-        await self.changefeeds.learn_schemas(records)
-        incidents = self.changefeeds.verify(topic, partition, records, now)
-        if incidents:
-            self.unit.add_incidents(key, incidents)
-        self.unit.touch(key)
-        self._unflushed_records += len(records)
-
-    def _observe(self, key: tuple[str, int], results: list[ValidationResult], now: int) -> None:
-        """Incidents for `results` (then emptied), pending until their unit is written."""
-        observed = self._observed
-        live = self.live
-        behind = live.behind_deletions
-        for result in results:
-            incidents = incidents_for(result, now, live.deletion_behind(result) if behind else None)
-            observed.append((result, incidents[0] if incidents else None))
-            if incidents:
-                self.unit.add_incidents(key, incidents)
-        results.clear()
-
-    async def flush(self) -> dict[tuple[str, int], int]:
-        """Write everything validated since the last flush, in the crash protocol's order;
-        the offsets that may commit now (of this commit and of any made since the last flush)."""
-        await self.schemas.judge_schemas(self.unit)
-        for incident in self.changefeeds.give_up_held(self.clock()):
-            self.unit.add_incident((incident.topic, incident.partition), incident)
-        if self.audit is not None:
-            self._judge_traces()
-        await self.rewinds.check_recreated_topics()
-        await self.log_starts.poll_log_starts()
-        await self.rewinds.check_high_watermarks()
-        self.rewinds.note_rewinds()
-        self._evict_over_limit()
+    async def flush(self) -> dict[Key, int]:
+        """The checks before a commit, then the commit of everything validated since the last
+        flush; the offsets that may commit now (of this commit and of any made since the last
+        flush)."""
+        for hook in self.before_commit:
+            await _run(hook, self.unit)
         await self._commit(self.unit)
         self._unflushed_records = 0
-        observed, self._observed = self._observed, []
-        self.runs.observe(observed)
-        self._watch.clear()
-        self.stats.batches += 1
+        for after in self.after_flush:
+            after()
         committable, self._committable = self._committable, {}
         return committable
-
-    def _evict_over_limit(self) -> None:
-        """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
-        recently seen, before their writes (which delete them) and after the incident."""
-        now = self.clock()
-        for key in sorted(self.live.loaded):
-            eviction = self.live.evict_over_limit(*key)
-            if eviction is None:
-                continue
-            incident = eviction_incident(eviction, now)
-            self.unit.add_incident(key, incident)
-            self.stats.producers_evicted += len(eviction.guids)
-
-    def _judge_traces(self) -> None:
-        """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their
-        observations partition's table changes."""
-        audit = cast(PipelineAudit, self.audit)
-        now = self.clock()
-        for partition, verdict in audit.judge(now):
-            if verdict.outcome.value != "DELIVERED":
-                incident = trace_incident(verdict, now)
-                self.unit.add_incident((self.observations, partition), incident)
-        for partition in audit.judges:
-            self.unit.touch((self.observations, partition))
 
     async def _commit(self, unit: UnitOfWork) -> None:
         """Take what validation left for the unit's partitions into it, and commit it; a
@@ -281,7 +167,5 @@ class BatchPath:
         if since is not None:
             log.warning("commit written after %d failed attempts since %s", attempts, iso_utc(since))
         self._committable.update(committed.offsets)
-        self.stats.incidents_sent += committed.incidents
-        self.runs.written(committed.written_incidents)
-        self.stats.ledger_entries_sent += committed.ledger_entries
-        self.stats.state_writes += committed.state_writes
+        for listener in self.on_committed:
+            listener(committed)

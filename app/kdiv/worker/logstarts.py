@@ -43,23 +43,17 @@ class LogStartChecks:
         stats: Any,
         clock: Callable[[], int],
         *,
-        table_of_topic: Mapping[str, Any],
-        changefeed_topics: Collection[str],
+        div_topics: Collection[str],
         assigned_partitions: Callable[[], list[tuple[str, int]]],
-        ensure_loaded: Callable[[tuple[str, int]], None],
-        forget_watch: Callable[[tuple[str, int]], None],
     ) -> None:
         self.app = app
         self.live = live
         self.unit = unit
         self.stats = stats
         self.clock = clock
-        self.table_of_topic = table_of_topic
-        self.changefeed_topics = changefeed_topics
+        # The DIV topics: the only ones whose validated offsets the DIV state keeps.
+        self.div_topics = div_topics
         self.assigned_partitions = assigned_partitions
-        self.ensure_loaded = ensure_loaded
-        # The producers watched on a partition's bulk path are made again after a deletion.
-        self.forget_watch = forget_watch
         # Log start polls (`poll_log_starts`): when the next is due, and the partitions the
         # last one found behind the log start, with their last validated offset then.
         self._next_log_start_poll_ms = 0
@@ -82,10 +76,9 @@ class LogStartChecks:
         were none a consumer reads, and the consumer was not reset."""
         gaps: dict[TP, tuple[int, int]] = {}
         for tp, records in batch.items():
-            if not records or tp.topic not in self.table_of_topic or tp.topic in self.changefeed_topics:
+            if not records or tp.topic not in self.div_topics:
                 continue
             key = (tp.topic, tp.partition)
-            self.ensure_loaded(key)
             validated = self.live.validated_to(*key)
             fetched_from, fetched_to = fetched_span(records)
             left_off = self._fetched_to.pop(tp, None)
@@ -134,7 +127,7 @@ class LogStartChecks:
         positions: dict[TP, int] = {}
         for topic, partition in self.assigned_partitions():
             validated = self.live.validated_to(topic, partition)
-            if validated is not None and topic not in self.changefeed_topics:
+            if validated is not None and topic in self.div_topics:
                 positions[TP(topic, partition)] = validated
         behind, self._behind_log_start = self._behind_log_start, {}
         if not positions:
@@ -180,6 +173,4 @@ class LogStartChecks:
         key = (tp.topic, tp.partition)
         incident = deletion_incident(deletion, self.clock())
         self.unit.add_incident(key, incident)
-        # Made again with the producers behind the deletion: their next records are watched.
-        self.forget_watch(key)
         self.stats.deletions_before_validation += 1

@@ -1,90 +1,77 @@
 """Ownership: which watched partitions this worker holds now, and their state installed.
 
-Faust's rebalance revokes every partition before it assigns; a partition's state is loaded
-from its table once it is assigned (after the table's restore, `load_assigned`) or at its
-first batch (`ensure_loaded`), and unloaded when it goes (its next owner reads the table).
+Faust's rebalance revokes every partition before it assigns. Every partition, whatever its
+topic's kind (`kdiv.worker.kinds`), goes one way: `load` when it is assigned (after its
+table's restore, `load_assigned`) or at its first batch, `forget` when it goes (revoked,
+or left out of an assignment) or is read again from a log that is gone; what else the
+worker keeps of a partition is dropped with it (`on_forget`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from faust.types import TP
 
 from kdiv.kafka.discovery import ClusterView
-from kdiv.state.tables import table_name
-from kdiv.untrusted import preview
-from kdiv.worker.live import LiveValidation
-
-log = logging.getLogger("kdiv.worker")
+from kdiv.worker.kinds import Key, TopicKinds
 
 
 class Ownership:
-    """The worker's assigned watched partitions and their loaded state."""
+    """The worker's assigned watched partitions, each loaded and forgotten by its kind."""
 
-    def __init__(
-        self,
-        app: Any,
-        cluster: ClusterView,
-        live: LiveValidation,
-        tables: Mapping[int, Any],
-        changefeed_topics: Collection[str],
-    ) -> None:
+    def __init__(self, app: Any, cluster: ClusterView, kinds: TopicKinds) -> None:
         self.app = app
         self.cluster = cluster
-        self.live = live
-        # The state table per partition count of the watched topics.
-        self.tables = tables
-        self.table_of_topic = {t.name: tables[t.partitions] for t in cluster.topics}
-        # Changefeed partitions have no DIV state to load.
-        self.changefeed_topics = changefeed_topics
-        self.load_errors_seen = 0
+        self.kinds = kinds
+        self._on_forget: list[Callable[[Key], None]] = []
 
-    def assigned_partitions(self) -> list[tuple[str, int]]:
+    def on_forget(self, listener: Callable[[Key], None]) -> None:
+        """Call `listener` with every partition forgotten (what else is kept of it goes)."""
+        self._on_forget.append(listener)
+
+    def assigned_partitions(self) -> list[Key]:
         """The watched partitions assigned to this worker now, sorted."""
+        return [key for key in self._assigned() if self.cluster.topic(key[0]) is not None]
+
+    def _assigned(self) -> list[Key]:
+        """Every partition of a topic with a kind assigned now (the observations topic's too)."""
         if self.app.consumer is None:
             return []
         return sorted(
-            (tp.topic, tp.partition)
-            for tp in self.app.consumer.assignment()
-            if self.cluster.topic(tp.topic) is not None
+            (tp.topic, tp.partition) for tp in self.app.consumer.assignment() if self.kinds.of(tp.topic) is not None
         )
 
+    def is_loaded(self, key: Key) -> bool:
+        kind = self.kinds.of(key[0])
+        return kind is not None and kind.is_loaded(key)
+
+    def load(self, keys: Iterable[Key]) -> None:
+        """Install the partitions' saved state where not yet installed, each by its kind."""
+        by_kind: dict[int, tuple[Any, list[Key]]] = {}
+        for key in keys:
+            kind = self.kinds.of(key[0])
+            if kind is not None:
+                by_kind.setdefault(id(kind), (kind, []))[1].append(key)
+        for kind, wanted in by_kind.values():
+            kind.load(wanted)
+
+    def load_assigned(self, topics: Collection[str] | None = None) -> None:
+        """Load every assigned partition (of `topics`, when given) not yet loaded."""
+        self.load(key for key in self._assigned() if topics is None or key[0] in topics)
+
+    def forget(self, key: Key) -> None:
+        """Drop what is held of the partition: its kind's state, and what else is kept of it."""
+        kind = self.kinds.of(key[0])
+        if kind is not None:
+            kind.forget(key)
+        for listener in self._on_forget:
+            listener(key)
+
     def keep_only(self, assigned: Iterable[TP]) -> None:
-        """Unload loaded partitions that this assignment did not keep."""
+        """Forget loaded partitions that this assignment did not keep."""
         keep = {(tp.topic, tp.partition) for tp in assigned}
-        for topic, partition in self.live.loaded - keep:
-            self.live.unload(topic, partition)
-
-    def load_assigned(self, only_partition_count: int | None = None) -> None:
-        """Load every assigned, not yet loaded source partition in one pass per table
-        (only the table of topics with `only_partition_count` partitions, when given)."""
-        wanted_by_table: dict[int, set[tuple[str, int]]] = {}
-        for name, partition in self.assigned_partitions():
-            topic = self.cluster.topic(name)
-            if topic is None or (only_partition_count is not None and topic.partitions != only_partition_count):
-                continue
-            if name in self.changefeed_topics:
-                continue
-            if not self.live.is_loaded(name, partition):
-                wanted_by_table.setdefault(topic.partitions, set()).add((name, partition))
-        for n, wanted in wanted_by_table.items():
-            self.live.load_many(wanted, self.tables[n].items())
-            self.load_errors_seen += len(self.live.load_errors)
-            for error in self.live.load_errors:
-                log.error(
-                    "unreadable state %s in table %s: %s; that producer starts afresh",
-                    preview(error.key),
-                    table_name(n),
-                    error.reason,
-                )
-            self.live.load_errors.clear()
-
-    def ensure_loaded(self, key: tuple[str, int]) -> None:
-        """Install a watched partition's saved state if it is not yet."""
-        if not self.live.is_loaded(*key):
-            self.load_assigned()
-            if not self.live.is_loaded(*key):  # not in the assignment the consumer reports yet
-                self.live.load(key[0], key[1], self.table_of_topic[key[0]].items())
+        for kind in self.kinds.kinds():
+            for key in sorted(kind.loaded() - keep):
+                self.forget(key)

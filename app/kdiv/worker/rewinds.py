@@ -1,7 +1,7 @@
 """Log rewinds: validated offsets whose records are no longer in the log.
 
 Four signals (`kdiv.worker.live` says what a rewind does to the state): a topic id that
-changed (`check_topic_ids` after an assignment, `check_recreated_topics` before a flush),
+changed (`check_topic_ids` after an assignment, `recreated_topics` before a flush),
 a high watermark below an offset validated, confirmed by the partition's leader
 (`check_high_watermarks`), and a batch of a newer leader epoch whose leader says the epoch
 last validated ends before the next offset to validate (`log_diverged`, KIP-320). The
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from aiokafka.errors import KafkaError
@@ -62,9 +62,7 @@ class RewindChecks:
         detects_rewinds: bool = True,
         topic_ids: TopicIds | None = None,
         cluster: ClusterView | None = None,
-        table_of_topic: Mapping[str, Any] | None = None,
         assigned_partitions: Callable[[], list[tuple[str, int]]] = list,
-        forget_batch: Callable[[tuple[str, int]], None] = lambda key: None,
     ) -> None:
         self.app = app
         self.live = live
@@ -75,10 +73,7 @@ class RewindChecks:
         self.detects_rewinds = detects_rewinds
         self.topic_ids = topic_ids
         self.cluster = cluster
-        self.table_of_topic = table_of_topic or {}
         self.assigned_partitions = assigned_partitions
-        # Drops what the worker holds of a partition's batch besides the unit of work.
-        self.forget_batch = forget_batch
         # The leader epoch signal of rewinds (`log_diverged`): per watched partition, the
         # leader epoch of the last record validated, and that record's offset. In memory:
         # a worker started afresh learns it from its first batch (the other signals cover
@@ -114,33 +109,31 @@ class RewindChecks:
             cap_next_seek(self.app.consumer, caps)
         self.note_rewinds()
 
-    async def check_recreated_topics(self) -> None:
-        """Before a flush: a partition whose topic was deleted and created again since its
-        state was saved may have been validated against the new log as if it went on from
-        the old one. Its unflushed work is dropped, its state loaded again as saved, the
-        rewind reported, and the partition read again from the new log's beginning."""
-        topics = {t for t, _ in self.unit.partitions}
-        if not topics or not self.detects_rewinds:
-            return
-        ids = await cast(TopicIds, self.topic_ids).current(topics)
-        restart = []
-        for topic, partition in self.unit.partitions:
+    async def recreated_topics(self, keys: Sequence[tuple[str, int]]) -> list[tuple[tuple[str, int], str]]:
+        """Before a flush: of `keys` (the partitions with unflushed work), those whose topic
+        was deleted and created again since their state was saved, each with its topic's id
+        now (`kdiv.worker.divtopics` reads them again). A partition whose topic id is seen
+        for the first time learns it (saved with this flush)."""
+        if not keys or not self.detects_rewinds:
+            return []
+        ids = await cast(TopicIds, self.topic_ids).current({t for t, _ in keys})
+        recreated = []
+        for topic, partition in keys:
             part = self.live.validator.partitions.get((topic, partition))
             now_id = ids.get(topic)
             if part is None or now_id is None:
                 continue
             if part.topic_id in (None, now_id):
-                self.live.check_topic_id(topic, partition, now_id)  # first seen: saved with this flush
+                self.live.check_topic_id(topic, partition, now_id)
                 continue
-            key = (topic, partition)
-            self.unit.drop(key)
-            self.forget_batch(key)
-            self.live.unload(topic, partition)
-            self.live.load_many({key}, self.table_of_topic[topic].items())
-            self.live.check_topic_id(topic, partition, now_id)
-            restart.append(TP(topic, partition))
-        if restart and self.app.consumer is not None:
-            await restart_from_beginning(self.app.consumer, restart)
+            recreated.append(((topic, partition), now_id))
+        return recreated
+
+    async def read_again_from_beginning(self, keys: Sequence[tuple[str, int]]) -> None:
+        """Have the consumer read the partitions again from their beginning, now; the rewinds
+        their reloaded state found are reported."""
+        if keys and self.app.consumer is not None:
+            await restart_from_beginning(self.app.consumer, [TP(*key) for key in keys])
         self.note_rewinds()
 
     async def check_high_watermarks(self) -> None:

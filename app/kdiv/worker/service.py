@@ -1,12 +1,15 @@
 """The live validator as a Faust application: its parts put together, tables and tasks.
 
 The watched topics' records arrive in whole fetched batches (`kdiv.worker.faustcompat.batches`)
-and go to the batch path (`kdiv.worker.batchpath`), which adds what they change to the unit
-of work; a flush commits it through the Faust sink in the crash protocol's steps
-(`kdiv.worker.unit`, `kdiv.worker.faustcompat.sink`), before the batch's offsets can be
-committed. Around it: partition ownership (`kdiv.worker.ownership`), log rewinds
-(`kdiv.worker.rewinds`), deletions before validation (`kdiv.worker.logstarts`), schemas
-(`kdiv.worker.schemas`) and the route groups' committed offsets (`kdiv.worker.routeoffsets`).
+and go to the batch path (`kdiv.worker.batchpath`), which hands each partition's records to
+the handler of its topic's kind (`kdiv.worker.kinds`, `kdiv.worker.divtopics`); they add what
+the records change to the unit of work, which a flush commits through the Faust sink in the
+crash protocol's steps (`kdiv.worker.unit`, `kdiv.worker.faustcompat.sink`) before the offsets
+it returns can be committed. `ValidationWorker.__init__` builds the parts in dependency order
+and lists the checks that run before a commit. Around the path: partition ownership
+(`kdiv.worker.ownership`), log rewinds (`kdiv.worker.rewinds`), deletions before validation
+(`kdiv.worker.logstarts`), schemas (`kdiv.worker.schemas`) and the route groups' committed
+offsets (`kdiv.worker.routeoffsets`).
 
 State lives in one RocksDB table per partition count of the watched topics: Faust keeps a
 table's changelog partition with the source partition of the same number, which only
@@ -39,9 +42,10 @@ from kdiv.state.tables import ledger_changelog_topic_name, table_name
 from kdiv.state.values import StateValues
 from kdiv.worker import routeoffsets
 from kdiv.worker.audit import PipelineAudit
-from kdiv.worker.batchpath import BatchPath
+from kdiv.worker.batchpath import BatchPath, FlushHook
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
+from kdiv.worker.divtopics import DivTopics
 from kdiv.worker.faustcompat.batches import attach_batch_handler
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
@@ -50,7 +54,6 @@ from kdiv.worker.faustcompat.internals import (
     restored_partitions,
 )
 from kdiv.worker.faustcompat.sink import FaustSink
-from kdiv.worker.faustcompat.tables import partition_items
 from kdiv.worker.faustcompat.transport import (
     broker_url,
 )
@@ -59,6 +62,7 @@ from kdiv.worker.incidents import (
     Incident,
     RecentIncidents,
 )
+from kdiv.worker.kinds import ChangefeedTopics, ObservationTopics, TopicKinds
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.logends import LogEnds
 from kdiv.worker.logstarts import LogStartChecks
@@ -72,7 +76,7 @@ from kdiv.worker.statecheck import (
 )
 from kdiv.worker.stopping import exit_when_stop_overruns
 from kdiv.worker.storeoptions import rocksdb_options
-from kdiv.worker.unit import UnitOfWork
+from kdiv.worker.unit import Committed, UnitOfWork
 from kdiv.worker.web.incidents_reader import follow_incidents
 from kdiv.worker.web.server import register_views
 
@@ -139,7 +143,6 @@ class ValidationWorker:
         self._table_of_topic = {t.name: self.tables[t.partitions] for t in cluster.topics}
         # TiCDC changefeed topics: verified by row checksum on the batch path, no DIV state.
         self.changefeed_topics = frozenset(t.name for t in cluster.topics if settings.is_changefeed(t.name))
-        self.ownership = Ownership(app, cluster, self.live, self.tables, self.changefeed_topics)
         # The key ledger is written, never read, by the worker: a topic of its own, no table.
         self._ledger_topic_of = {
             t.name: ledger_changelog_topic_name(settings.app_id, t.partitions)
@@ -151,17 +154,6 @@ class ValidationWorker:
         self.incidents_read_to: dict[int, int] = {}
         self.runs = IncidentLog(log, settings.log_incidents)
         self.stats = WorkerStats()
-        # Progress against the true log ends (docs/worker.md#liveness).
-        self.progress = Progress(int(settings.stall_s * 1000))
-        self.log_ends = LogEnds(
-            settings,
-            self.progress,
-            self.assigned_partitions,
-            lambda key: committed_offset(app, TP(*key)),
-            clock,
-            tansu=cluster.tansu,
-            paused=lambda: recovery_status(app)["in_progress"] or not self.schemas.state_schema_ready.is_set(),
-        )
         self.schemas = SchemaChecks(
             settings,
             cluster,
@@ -195,6 +187,10 @@ class ValidationWorker:
         # Validated, not yet written: committed before Faust commits (see `flush`).
         self.unit = UnitOfWork()
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
+        div_topics = frozenset(t.name for t in cluster.topics) - self.changefeed_topics
+        # One handler per kind of watched topic, and one lifecycle for every partition.
+        self.kinds = TopicKinds()
+        self.ownership = Ownership(app, cluster, self.kinds)
         self.rewinds = RewindChecks(
             app,
             self.live,
@@ -204,9 +200,7 @@ class ValidationWorker:
             detects_rewinds=settings.semantics == "exact",
             topic_ids=TopicIds(settings),
             cluster=cluster,
-            table_of_topic=self._table_of_topic,
-            assigned_partitions=self.assigned_partitions,
-            forget_batch=lambda key: self.batches.forget_batch(key),
+            assigned_partitions=self.ownership.assigned_partitions,
         )
         self.log_starts = LogStartChecks(
             app,
@@ -214,30 +208,69 @@ class ValidationWorker:
             self.unit,
             self.stats,
             clock,
-            table_of_topic=self._table_of_topic,
-            changefeed_topics=self.changefeed_topics,
-            assigned_partitions=self.assigned_partitions,
-            ensure_loaded=self.ownership.ensure_loaded,
-            forget_watch=lambda key: self.batches.forget_watch(key),
+            div_topics=div_topics,
+            assigned_partitions=self.ownership.assigned_partitions,
         )
-        self.batches = BatchPath(
+        self.div = DivTopics(
             live=self.live,
             unit=self.unit,
-            sink=self.sink,
             runs=self.runs,
             stats=self.stats,
             clock=clock,
-            batch_max=settings.batch_max,
-            ownership=self.ownership,
-            schemas=self.schemas,
+            tables=self._table_of_topic,
+            partition_counts={t.name: t.partitions for t in cluster.topics},
             rewinds=self.rewinds,
-            log_starts=self.log_starts,
-            changefeed_topics=self.changefeed_topics,
-            changefeeds=self.changefeeds,
+            note_framing=self.schemas.note_framing,
+            audit=self.audit,
+        )
+        self.kinds.register(sorted(div_topics), self.div)
+        changefeed_kind = ChangefeedTopics(self.changefeeds, self.unit, self.schemas.note_framing, clock)
+        self.kinds.register(sorted(self.changefeed_topics), changefeed_kind)
+        observations_kind = None
+        if self.audit is not None:
+            observations_kind = ObservationTopics(self.audit, self.trace_table, self.unit, clock)
+            self.kinds.register([settings.observations], observations_kind)
+        # What else is kept of a partition goes with it.
+        self.ownership.on_forget(self.schemas.forget)
+        self.ownership.on_forget(lambda key: self.log_starts.forget(TP(*key)))
+        # Progress against the true log ends (docs/worker.md#liveness).
+        self.progress = Progress(int(settings.stall_s * 1000))
+        self.log_ends = LogEnds(
+            settings,
+            self.progress,
+            self.assigned_partitions,
+            lambda key: committed_offset(app, TP(*key)),
+            clock,
+            tansu=cluster.tansu,
+            paused=lambda: recovery_status(app)["in_progress"] or not self.schemas.state_schema_ready.is_set(),
+        )
+        # The checks before a flush's commit, in this order.
+        before_commit: list[FlushHook] = [self.schemas.judge_schemas, changefeed_kind.give_up_held]
+        if observations_kind is not None:
+            before_commit.append(observations_kind.judge_traces)
+        before_commit += [
+            self.div.read_recreated_topics_again,
+            lambda unit: self.log_starts.poll_log_starts(),
+            lambda unit: self.rewinds.check_high_watermarks(),
+            lambda unit: self.rewinds.note_rewinds(),
+            self.div.evict_over_limit,
+        ]
+        self.batches = BatchPath(
+            kinds=self.kinds,
+            ownership=self.ownership,
+            unit=self.unit,
+            sink=self.sink,
+            live=self.live,
+            clock=clock,
+            batch_max=settings.batch_max,
             audit=self.audit,
             observations=settings.observations,
-            trace_table=self.trace_table if self.audit is not None else None,
             commit_timeout_s=settings.commit_timeout_s,
+            before_batch=[self.log_starts.check_log_starts],
+            after_batch=[self.rewinds.note_rewinds],
+            before_commit=before_commit,
+            on_committed=[self._count_committed],
+            after_flush=[self.div.flushed, self._count_flush],
         )
 
     def _state_table(self, name: str, partitions: int) -> StateTable:
@@ -292,13 +325,7 @@ class ValidationWorker:
 
     def _load_traces(self) -> None:
         """Judges for the assigned observations partitions, from the saved traces."""
-        audit = self.audit
-        if audit is None or self.app.consumer is None:
-            return
-        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.settings.observations}
-        for partition in sorted(assigned - audit.judges.keys()):
-            loaded = audit.load(partition, partition_items(self.trace_table, partition))
-            log.info("pipeline audit: %d open traces loaded for observations partition %d", loaded, partition)
+        self.ownership.load_assigned({self.settings.observations})
 
     async def poll_committed_offsets(self) -> None:
         """The route groups' committed offsets, polled: the judges' evidence of loss."""
@@ -321,9 +348,18 @@ class ValidationWorker:
         # partition's state, owner and lag are in the views and metrics right after every
         # rebalance, kept partitions included (all are revoked first).
         count = next(n for n, t in self.tables.items() if t is table)
-        self.ownership.load_assigned(only_partition_count=count)
+        self.ownership.load_assigned({t.name for t in self.cluster.topics if t.partitions == count})
         await self.rewinds.check_topic_ids(count)
         await self.schemas.report_state_findings(await self.state_check.check(changelog, ids))
+
+    def _count_committed(self, committed: Committed) -> None:
+        self.stats.incidents_sent += committed.incidents
+        self.runs.written(committed.written_incidents)
+        self.stats.ledger_entries_sent += committed.ledger_entries
+        self.stats.state_writes += committed.state_writes
+
+    def _count_flush(self) -> None:
+        self.stats.batches += 1
 
     async def _send_incidents(self, incidents: list[Incident]) -> None:
         if not incidents:
@@ -367,7 +403,7 @@ class ValidationWorker:
     def is_loaded(self, topic: str, partition: int) -> bool:
         """True once a partition can be judged here: its saved state installed, or, for a
         changefeed partition (no saved state to restore), at once."""
-        return topic in self.changefeed_topics or (topic, partition) in self.live.validator.partitions
+        return self.ownership.is_loaded((topic, partition))
 
     def recovery_status(self) -> dict:
         """Whether the tables are being restored, and what is left (for /health and metrics)."""
@@ -376,16 +412,9 @@ class ValidationWorker:
     # -- ownership ---------------------------------------------------------------------------
 
     def on_revoked(self, revoked: Iterable[TP]) -> None:
-        """Unload revoked partitions: their next owner reads them from the table."""
+        """Forget revoked partitions: their next owner reads them from the table."""
         for tp in revoked:
-            self.live.unload(tp.topic, tp.partition)
-            self.log_starts.forget(tp)
-            self.changefeeds.forget(tp.topic, tp.partition)
-            if self.audit is not None:
-                if tp.topic == self.settings.observations:
-                    self.audit.unload(tp.partition)
-                else:
-                    self.audit.forget_source(tp.topic, tp.partition)
+            self.ownership.forget((tp.topic, tp.partition))
 
     def on_assigned(self, assigned: Iterable[TP]) -> None:
         self.ownership.keep_only(assigned)
@@ -396,19 +425,21 @@ class ValidationWorker:
     @property
     def load_errors_seen(self) -> int:
         """State entries that could not be loaded since the worker started."""
-        return self.ownership.load_errors_seen
+        return self.div.load_errors_seen
 
     async def process(self, batch: Mapping[TP, Sequence]) -> bool:
         return await self.batches.process(batch)
 
-    async def flush(self) -> dict[TP, int]:
+    async def flush(self) -> dict[tuple[str, int], int]:
         """Write what is pending; the offsets that may commit now (progress is told them)."""
-        offsets = {TP(*key): offset for key, offset in (await self.batches.flush()).items()}
-        self.on_flushed(offsets)
+        offsets = await self.batches.flush()
+        now = self.clock()
+        for key, offset in offsets.items():
+            self.progress.validated(key, offset, now)
         return offsets
 
-    def forget_offsets(self, tps: Sequence[TP]) -> None:
-        self.batches.forget_offsets((tp.topic, tp.partition) for tp in tps)
+    def forget_offsets(self, keys: Sequence[tuple[str, int]]) -> None:
+        self.batches.forget_offsets(keys)
 
 
 def build_app(

@@ -34,6 +34,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from aiokafka import TopicPartition
 from faust.types import TP
 
 from kdiv.worker.faustcompat.epochs import records_from
@@ -50,11 +51,11 @@ class SourceBatchHandler(Protocol):
         be flushed now."""
         ...
 
-    async def flush(self) -> Mapping[TP, int]:
-        """Write everything pending; the offsets that may be committed now."""
+    async def flush(self) -> Mapping[tuple[str, int], int]:
+        """Write everything pending; the offsets that may be committed now, per (topic, partition)."""
         ...
 
-    def forget_offsets(self, tps: Sequence[TP]) -> None:
+    def forget_offsets(self, keys: Sequence[tuple[str, int]]) -> None:
         """The partitions were moved (a seek): nothing taken before may commit."""
         ...
 
@@ -187,7 +188,9 @@ class BatchDrainConsumer:
     # -- flushing before Faust commits ----------------------------------------------------
 
     async def _flush_locked(self, handler: SourceBatchHandler) -> None:
-        self._offsets("_kdiv_flushed").update(await handler.flush())
+        # As aiokafka's TopicPartition: a transactional commit (exactly_once) takes no other.
+        committable = await handler.flush()
+        self._offsets("_kdiv_flushed").update((TopicPartition(*key), offset) for key, offset in committable.items())
 
     async def flush_batches(self) -> None:
         """Write what the handler holds, once the batch in progress is done."""
@@ -248,4 +251,4 @@ class BatchDrainConsumer:
             self._offsets("_kdiv_flushed").pop(tp, None)
         handler = self.batch_handler
         if handler is not None:
-            handler.forget_offsets(tps)
+            handler.forget_offsets([(tp.topic, tp.partition) for tp in tps])
