@@ -127,7 +127,8 @@ class ConfluentDivWriter:
         `close()` flushes it."""
         config = {**DEFAULT_CONFIG, "bootstrap.servers": bootstrap_servers, **(producer_config or {})}
         if not _truthy(config.get("enable.idempotence")):
-            in_flight = int(config.setdefault("max.in.flight.requests.per.connection", 1))
+            in_flight = int(config.get("max.in.flight.requests.per.connection", config.get("max.in.flight", 1)))
+            config.setdefault("max.in.flight.requests.per.connection", in_flight)
             if in_flight != 1:
                 raise ValueError(
                     "without enable.idempotence, max.in.flight.requests.per.connection must be 1: "
