@@ -48,14 +48,18 @@ def dump_and_check(bootstrap: str, topic: str, tmp_path):
 
 def write_sync_and_with_callbacks(bootstrap: str, topic: str) -> dict[int, int]:
     """Two writers (two GUIDs): one synchronous (produce, produce_and_wait, a push, flush), one
-    with delivery callbacks; each record's partition as its delivery report said, by value."""
+    with delivery callbacks; each record's partition (as `produce` returned it, or its delivery
+    report said), by value."""
     placed: dict[int, int] = {}
     with ConfluentDivWriter.start(bootstrap, max_records_per_segment=25) as writer:
         writer.start_push(topic)
         for i in range(KEYED):
             key = b"key-%d" % (i % 13)
             if i % 10 == 0:
-                placed[i] = writer.produce_and_wait(topic, b"%d" % i, key).partition()
+                delivered = writer.produce_and_wait(topic, b"%d" % i, key)
+                partition = delivered.partition()
+                assert partition is not None and delivered.value() == b"%d" % i
+                placed[i] = partition
             else:
                 placed[i] = writer.produce(topic, b"%d" % i, key)
         for i in range(KEYED, KEYED + UNKEYED):
@@ -66,8 +70,8 @@ def write_sync_and_with_callbacks(bootstrap: str, topic: str) -> dict[int, int]:
     reports: list = []
     with ConfluentDivWriter.start(bootstrap, max_records_per_segment=40) as writer:
         for i in range(KEYED + UNKEYED, KEYED + UNKEYED + CALLBACKS):
-            key = None if i % 3 == 0 else b"other-%d" % (i % 17)
-            writer.produce(topic, b"%d" % i, key, on_delivery=lambda err, msg: reports.append((err, msg)))
+            other: bytes | None = None if i % 3 == 0 else b"other-%d" % (i % 17)
+            writer.produce(topic, b"%d" % i, other, on_delivery=lambda err, msg: reports.append((err, msg)))
             writer.poll(0)
         writer.flush()
     assert len(reports) == CALLBACKS and all(err is None for err, _ in reports), reports[:3]

@@ -310,7 +310,7 @@ class ConfluentDivWriter:
                 ) from None
 
     def _produce_when_room(self, record: OutgoingRecord, callback: DeliveryCallback) -> None:
-        deadline = time.monotonic() + self.queue_full_timeout_s
+        deadline = None  # taken at the first refusal: the common case pays no clock read
         while True:
             try:
                 self.producer.produce(
@@ -323,6 +323,8 @@ class ConfluentDivWriter:
                 )
                 return
             except BufferError:
+                if deadline is None:
+                    deadline = time.monotonic() + self.queue_full_timeout_s
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
