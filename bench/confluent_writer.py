@@ -12,6 +12,10 @@ is timed from its first `produce` to the end of its `flush` (every record acknow
 same process; the order alternates per round so neither side always runs on a warmer broker.
 Prints records/s per side and round, the medians and the ratio stamped/plain; absolute figures
 depend on the machine, the ratio is the figure to watch.
+
+--cpu measures the hand-off alone, without a broker: N `produce` calls into a Producer whose
+broker never answers (its queue holds them all), plain and through the writer, per round;
+prints µs per record for each and their ratio.
 """
 
 from __future__ import annotations
@@ -67,6 +71,34 @@ def send(bootstrap: str, partitions: int, batch: list[tuple[bytes | None, bytes]
     return len(batch) / (time.perf_counter() - started)
 
 
+def hand_off_us(batch: list[tuple[bytes | None, bytes]], partitions: int, stamped: bool) -> float:
+    """µs per `produce` into a queue no broker drains (the hand-off's CPU cost alone)."""
+    producer = Producer(
+        {
+            **DEFAULT_CONFIG,
+            "bootstrap.servers": "127.0.0.1:1",
+            "queue.buffering.max.messages": len(batch) * 2 + 10,
+            "queue.buffering.max.kbytes": 2**21,
+            "message.timeout.ms": 600_000,
+            "log_level": 0,
+        }
+    )
+    writer = ConfluentDivWriter(producer, metadata_max_age_ms=2**62)
+    writer._partitions["t"] = (writer.core.clock_ms(), list(range(partitions)))  # no metadata to ask for
+    started = time.perf_counter()
+    if stamped:
+        for key, value in batch:
+            writer.produce("t", value, key)
+    else:
+        # librdkafka's murmur2_random picks the partition (in C) when the record is sent.
+        for key, value in batch:
+            producer.produce("t", value, key)
+    elapsed = time.perf_counter() - started
+    producer.purge()
+    producer.flush(10)
+    return elapsed / len(batch) * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000)
@@ -75,8 +107,22 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="distinct keys; 0: unkeyed (round robin)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--bootstrap", default=os.environ.get("KDIV_BOOTSTRAP"))
+    parser.add_argument("--cpu", action="store_true", help="the hand-off's CPU cost alone, no broker")
     args = parser.parse_args()
     batch = records(args.records, args.record_size, args.keys, seed=1)
+    if args.cpu:
+        costs: dict[bool, list[float]] = {False: [], True: []}
+        for round_number in range(args.repeat):
+            for stamping in (False, True) if round_number % 2 == 0 else (True, False):
+                costs[stamping].append(hand_off_us(batch, args.partitions, stamping))
+            print(
+                f"round {round_number + 1}: plain {costs[False][-1]:.2f} µs, stamped {costs[True][-1]:.2f} µs per record"
+            )
+        plain_us, stamped_us = statistics.median(costs[False]), statistics.median(costs[True])
+        print(
+            f"median: plain {plain_us:.2f} µs, stamped {stamped_us:.2f} µs per record; ratio {stamped_us / plain_us:.1f}"
+        )
+        return
     broker = None
     try:
         if args.bootstrap:
