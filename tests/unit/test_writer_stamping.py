@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
-from confluent_kafka import KafkaError, Producer, SerializingProducer
+from confluent_kafka import KafkaError, KafkaException, Producer, SerializingProducer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -188,3 +188,19 @@ def test_the_writer_a_closed_writer_sends_nothing():
     writer.close(5)
     with pytest.raises(RuntimeError, match="closed"):
         writer.produce("t", b"v", partition=0)
+
+
+def test_a_record_the_client_refuses_at_once_is_not_stamped():
+    writer = ConfluentDivWriter(unreachable(**{"message.max.bytes": 2000}), guid=GUID)
+    writer.produce("t", b"small", partition=0)
+    before = writer.core.stamper.partition_checkpoint("t", 0)
+    with pytest.raises(KafkaException) as refused:
+        writer.produce("t", b"x" * 5000, partition=0)
+    assert refused.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert "kdiv: DATA record to t/0 refused; nothing was sent" in refused.value.__notes__
+    assert writer.core.stamper.partition_checkpoint("t", 0) == before
+    with pytest.raises(TypeError, match="value of a record for t/0 must be bytes or None, not str"):
+        writer.produce("t", "text", partition=0)
+    assert writer.core.stamper.partition_checkpoint("t", 0) == before
+    writer.producer.purge()
+    writer.producer.flush(5)

@@ -14,7 +14,8 @@ The same records as `DivWriter` (aiokafka) writes, stamped by the same core
   `produce_and_wait` raises it for its own record.
 - `produce` raises BufferError when the client's queue is full: the writer serves delivery
   reports and tries again until `queue_full_timeout_s`, then raises with the record's DIV state
-  rolled back, so the next record takes its seq and no validator sees a gap.
+  rolled back, so the next record takes its seq and no validator sees a gap. A record the client
+  refuses at once (KafkaException: too large, no such partition) is rolled back the same way.
 
 A lock makes the stamping of a record and its hand-off one step, so the order in the client's
 queue is seq order even when threads share the writer. Transactions are `DivWriter`'s only.
@@ -295,7 +296,7 @@ class ConfluentDivWriter:
             callback = on_delivery if on_delivery is not None and record.kind == Kind.DATA else self._reported(record)
             try:
                 self._produce_when_room(record, callback)
-            except BufferError:
+            except (BufferError, KafkaException) as refused:
                 if index == 0:
                     # Nothing of this stamping reached the client: take it back, so the next
                     # record takes its seq and no validator sees a gap.
@@ -304,10 +305,15 @@ class ConfluentDivWriter:
                 else:
                     # Its segment's first records are queued: the rest's seqs stay taken (MISSING).
                     outcome = f"{len(records) - index} stamped record(s) not sent"
-                raise BufferError(
-                    f"{topic}/{partition}: the producer's queue stayed full for {self.queue_full_timeout_s:g} s; "
-                    + outcome
-                ) from None
+                if isinstance(refused, BufferError):
+                    raise BufferError(
+                        f"{topic}/{partition}: the producer's queue stayed full for {self.queue_full_timeout_s:g} s; "
+                        + outcome
+                    ) from None
+                # librdkafka's own refusal (a record too large, an unknown partition, a fatal
+                # error), raised as it is, saying what the writer did.
+                refused.add_note(f"kdiv: {record.kind.name} record to {topic}/{partition} refused; {outcome}")
+                raise
 
     def _produce_when_room(self, record: OutgoingRecord, callback: DeliveryCallback) -> None:
         deadline = None  # taken at the first refusal: the common case pays no clock read

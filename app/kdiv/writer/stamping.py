@@ -84,6 +84,13 @@ class StampingCore:
         """The records to send, in order, for one data record: a START_OF_SEGMENT (or an
         END_OF_SEGMENT and a START_OF_SEGMENT at rollover) when due, then the record, stamped
         (and traced when sampled)."""
+        # Checked before any state changes: the CRC covers bytes, and a record refused halfway
+        # through stamping would leave a seq taken that nothing carries.
+        for name, part in (("key", key), ("value", value)):
+            if part is not None and not isinstance(part, bytes):
+                raise TypeError(
+                    f"{name} of a record for {topic}/{partition} must be bytes or None, not {type(part).__name__}"
+                )
         return self.stamper.data(topic, partition, key, value, self.clock_ms(), self.with_trace(topic, headers))
 
     def push_marker(self, topic: str, partition: int, kind: Kind) -> list[OutgoingRecord]:
