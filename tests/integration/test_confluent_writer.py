@@ -13,12 +13,13 @@ from collections import Counter, defaultdict
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from kdiv.cli import main
 from kdiv.div.wire import HEADER_NAME, Kind, decode, encode, record_crc
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.partitioner import keyed_partition
-from kdiv.writer.confluent import ConfluentDivWriter
+from kdiv.writer.confluent import ConfluentDivWriter, DeliveryFailed
 from tests.conftest import run_coroutine
 from tests.harness.broker import read_incidents, read_table, wait_until_caught_up
 from tests.harness.oracle import incident_differences, oracle, saved_state, state_differences
@@ -199,3 +200,36 @@ async def test_the_live_worker_counts_the_records_and_reports_exactly_the_plante
         assert sum(sum(part.verdict_counts.values()) for part in parts.values()) == len(planted)
     finally:
         worker.terminate()
+
+
+def test_a_record_the_broker_refuses_is_a_delivery_failure_and_a_missing_seq(bootstrap, topic_factory, tmp_path):
+    """A record larger than the topic allows: its delivery fails (raised by produce_and_wait,
+    given to a callback), it never reaches the log, and `kdiv check` reports its seq MISSING at
+    the next record, and the segment's checksum, which counted it, at the END_OF_SEGMENT."""
+    topic = topic_factory(1)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    limit = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([limit])[limit].result(30)
+    reports: list = []
+    with ConfluentDivWriter.start(bootstrap) as writer:
+        for i in range(5):
+            writer.produce_and_wait(topic, b"small-%d" % i, b"k")
+        with pytest.raises(DeliveryFailed, match=r"DATA record to .*/0: Broker: Message size too large"):
+            writer.produce_and_wait(topic, b"x" * 5000, b"k")
+        writer.produce(topic, b"large", b"k", on_delivery=lambda err, msg: reports.append(err))
+        writer.flush()
+        for i in range(5, 8):
+            writer.produce_and_wait(topic, b"small-%d" % i, b"k")
+    assert reports == [None]
+
+    checked, lines = dump_and_check(bootstrap, topic, tmp_path)
+    assert checked.exit_code == 1, checked.stderr
+    # By seq: START_OF_SEGMENT 0, small-0..4 1-5, the refused record 6 (never written),
+    # "large" 7, small-5..7 8-10, the final END_OF_SEGMENT 11.
+    assert [(line["offset"], line["seq"]) for line in lines] == [(i, i if i < 6 else i + 1) for i in range(11)]
+    faults = [(line["offset"], line["verdict"]) for line in lines if line["verdict"] != "OK"]
+    assert faults == [(6, "MISSING"), (10, "CORRUPT")], faults
