@@ -204,3 +204,15 @@ def test_a_record_the_client_refuses_at_once_is_not_stamped():
     assert writer.core.stamper.partition_checkpoint("t", 0) == before
     writer.producer.purge()
     writer.producer.flush(5)
+
+
+def test_close_closes_a_producer_of_the_writers_own_and_leaves_one_it_was_given():
+    own = ConfluentDivWriter.start(NOWHERE, producer_config={"log_level": 0})
+    own.close(5)
+    with pytest.raises(RuntimeError, match="closed"):
+        own.producer.produce("t", b"v", partition=0)
+    given = unreachable()
+    ConfluentDivWriter(given).close(5)
+    given.produce("t", b"v", partition=0)
+    given.purge()
+    given.flush(5)

@@ -259,12 +259,19 @@ class ConfluentDivWriter:
         self._raise_failures()
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """End every open segment as final, then `flush` (raising what it raises)."""
+        """End every open segment as final, then `flush` (raising what it raises); a producer
+        of the writer's own (`start()`) is then closed, once nothing is left in its queue."""
         if self._closed:
             return
         self.end_segments(final=True)
         self._closed = True
-        self.flush(timeout_s)
+        try:
+            self.flush(timeout_s)
+        finally:
+            # Only an empty queue: Producer.close() would wait, unbounded, for what is left.
+            # (A release without Producer.close() frees the producer when it is dropped.)
+            if self._owns_producer and len(self.producer) == 0 and hasattr(self.producer, "close"):
+                self.producer.close()
 
     def __enter__(self) -> ConfluentDivWriter:
         return self
