@@ -216,3 +216,10 @@ def test_close_closes_a_producer_of_the_writers_own_and_leaves_one_it_was_given(
     given.produce("t", b"v", partition=0)
     given.purge()
     given.flush(5)
+
+
+def test_a_record_without_a_partition_waits_for_metadata_a_bounded_time():
+    writer = ConfluentDivWriter(unreachable(), guid=GUID, metadata_timeout_s=0.5)
+    with pytest.raises(LookupError, match=r"topic 't': no metadata within 0.5 s"):
+        writer.produce("t", b"v", b"k")
+    assert writer.core.open_partitions() == []  # nothing stamped
