@@ -87,7 +87,7 @@ class StampingCore:
         # Checked before any state changes: the CRC covers bytes, and a record refused halfway
         # through stamping would leave a seq taken that nothing carries.
         for name, part in (("key", key), ("value", value)):
-            if part is not None and not isinstance(part, bytes):
+            if part is not None and not isinstance(part, bytes | bytearray | memoryview):
                 raise TypeError(
                     f"{name} of a record for {topic}/{partition} must be bytes or None, not {type(part).__name__}"
                 )
