@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kdiv.config.settings import Settings
+from kdiv.kafka.partitioner import murmur2
 from kdiv.trace.header import TRACE_HEADER, TraceStamp, encode_trace
 from kdiv.trace.judge import Observation, state_key
 from kdiv.worker.audit import (
     PipelineAudit,
     decode_observation,
     encode_observation,
-    murmur2,
     observation_partition,
     observations_by_partition,
     table_key,

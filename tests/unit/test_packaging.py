@@ -35,6 +35,17 @@ def test_importing_the_writer_imports_no_worker_spark_or_broker_package():
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
+def test_the_confluent_writer_alone_imports_confluent_kafka():
+    listing = _run(
+        "-c",
+        "import sys, kdiv.writer.confluent; print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))",
+    )
+    assert listing.returncode == 0, listing.stderr
+    loaded = set(listing.stdout.split())
+    assert "confluent_kafka" in loaded
+    assert loaded.isdisjoint(set(HEAVY) - {"confluent_kafka"}), sorted(loaded & set(HEAVY))
+
+
 @pytest.mark.parametrize("command", sorted(main.commands))
 def test_every_command_answers_help_through_python_m(command):
     # `python -m kdiv.cli` runs the module as __main__: a command defined after the entry point
@@ -65,7 +76,12 @@ def test_the_wheel_installs_one_top_level_package_named_kdiv(wheel):
     assert {top for top in tops if not top.endswith(".dist-info")} == {"kdiv"}
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert "kdiv/writer.py" in names and "kdiv/reconcile/job.py" in names and "kdiv/worker/main.py" in names
+    assert (
+        "kdiv/writer/aio.py" in names
+        and "kdiv/writer/confluent.py" in names
+        and "kdiv/reconcile/job.py" in names
+        and "kdiv/worker/main.py" in names
+    )
 
 
 def test_a_service_with_its_own_app_package_uses_the_writer_beside_it(wheel, tmp_path):
@@ -96,7 +112,7 @@ def test_a_service_with_its_own_app_package_uses_the_writer_beside_it(wheel, tmp
     assert name == "orders-service"
     assert Path(app_file).is_relative_to(service)
     assert Path(kdiv_file).is_relative_to(site)
-    assert writer_module == "kdiv.writer"
+    assert writer_module == "kdiv.writer.aio"
     assert not (site / "app").exists() and not (site / "reconcile").exists()
 
 

@@ -122,27 +122,27 @@ class DivStamper:
 
     def checkpoint(self) -> StamperCheckpoint:
         """Every partition's segment, seq and checksum now."""
-        return StamperCheckpoint(
-            {
-                tp: (s.number, s.next_seq, s.checksum, s.started_at_ms, s.data_records, s.ended)
-                for tp, s in self._segments.items()
-            }
-        )
+        return StamperCheckpoint({tp: _saved(s) for tp, s in self._segments.items()})
 
     def rollback(self, checkpoint: StamperCheckpoint) -> None:
         """Back to `checkpoint`: what was stamped since was never written (an aborted
         transaction), so the next records take its seqs again and no validator reading
         committed records sees a gap."""
-        segments: dict[tuple[str, int], _WriterSegment] = {}
-        for tp, (number, next_seq, checksum, started_at_ms, data_records, ended) in checkpoint.segments.items():
-            segment = segments[tp] = _WriterSegment(number, started_at_ms)
-            segment.next_seq, segment.checksum, segment.data_records, segment.ended = (
-                next_seq,
-                checksum,
-                data_records,
-                ended,
-            )
-        self._segments = segments
+        self._segments = {tp: _restored(saved) for tp, saved in checkpoint.segments.items()}
+
+    def partition_checkpoint(self, topic: str, partition: int) -> StamperCheckpoint:
+        """One partition's segment, seq and checksum now (cheap: for one record's hand-off)."""
+        segment = self._segments.get((topic, partition))
+        return StamperCheckpoint({} if segment is None else {(topic, partition): _saved(segment)})
+
+    def rollback_partition(self, topic: str, partition: int, checkpoint: StamperCheckpoint) -> None:
+        """Back to `checkpoint` (a `partition_checkpoint`) for this partition only: the records
+        stamped since never reached the client (it refused them), so their seqs are taken again."""
+        saved = checkpoint.segments.get((topic, partition))
+        if saved is None:
+            self._segments.pop((topic, partition), None)
+        else:
+            self._segments[(topic, partition)] = _restored(saved)
 
     def open_partitions(self, topic: str | None = None) -> list[tuple[str, int]]:
         """(topic, partition) pairs whose segment is open (of one topic, or all)."""
@@ -209,3 +209,21 @@ class DivStamper:
                 checksum_type=self.checksum_type if kind == Kind.START_OF_SEGMENT else None,
             )
         return OutgoingRecord(topic, partition, key, value, headers + ((HEADER_NAME, encode(header)),), kind)
+
+
+def _saved(segment: _WriterSegment) -> tuple[int, int, int, int, int, bool]:
+    return (
+        segment.number,
+        segment.next_seq,
+        segment.checksum,
+        segment.started_at_ms,
+        segment.data_records,
+        segment.ended,
+    )
+
+
+def _restored(saved: tuple[int, int, int, int, int, bool]) -> _WriterSegment:
+    number, next_seq, checksum, started_at_ms, data_records, ended = saved
+    segment = _WriterSegment(number, started_at_ms)
+    segment.next_seq, segment.checksum, segment.data_records, segment.ended = next_seq, checksum, data_records, ended
+    return segment

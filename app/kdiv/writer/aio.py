@@ -1,9 +1,9 @@
 """DivWriter: an aiokafka producer that stamps every record with DIV metadata.
 
 The partition of each record must be known before it is stamped (segments and sequence
-numbers are per partition), so the writer picks it itself: Kafka's default murmur2
-partitioner for keyed records, as the Java client and aiokafka do, and round robin for
-records without a key.
+numbers are per partition), so the writer picks it itself, as `kdiv.writer.stamping` does for
+every kdiv writer: Kafka's default murmur2 partitioner for keyed records, as the Java client
+and aiokafka do, and round robin for records without a key.
 
 Per-partition locks make the order on the wire equal sequence order: a record's DIV update
 and its hand-off to the producer's accumulator happen under the partition's lock, and
@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import DefaultPartitioner
 
 from kdiv.clock import wall_clock_ms
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
@@ -35,8 +33,8 @@ from kdiv.div.stamper import DISABLED, DivStamper, OutgoingRecord
 from kdiv.div.wire import ChecksumType, Kind
 from kdiv.kafka.failures import refusals_explained
 from kdiv.kafka.produce import new_producer, track_topic
-from kdiv.trace.header import TRACE_HEADER, encode_trace
 from kdiv.trace.sampling import Sampler, SamplingSpec
+from kdiv.writer.stamping import StampingCore
 
 
 class DivWriter:
@@ -62,25 +60,21 @@ class DivWriter:
         if getattr(producer, "_key_serializer", None) or getattr(producer, "_value_serializer", None):
             raise ValueError("DivWriter needs a producer without key/value serializers: pass bytes")
         self.producer = producer
-        self.stamper = DivStamper(
+        # Traced records (the pipeline audit): a sampled share per topic gets a trace header.
+        self.core = StampingCore(
             guid,
             checksum_type=checksum_type,
             max_records_per_segment=max_records_per_segment,
             max_segment_age_ms=max_segment_age_ms,
+            clock_ms=clock_ms,
+            tracing=tracing,
         )
-        self.clock_ms = clock_ms
         self._owns_producer = owns_producer
-        self._partitioner = DefaultPartitioner()
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
-        self._round_robin: dict[str, itertools.cycle] = {}
         self._closed = False
         # Set by the first transaction: from then on every write must be inside one, the
         # END_OF_SEGMENTs at close included.
         self._transactional = False
-        # Traced records (the pipeline audit): a sampled share per topic gets a trace header.
-        if isinstance(tracing, str):
-            tracing = SamplingSpec.parse(tracing)
-        self.tracing = Sampler(tracing) if isinstance(tracing, SamplingSpec) else tracing
 
     @classmethod
     async def start(
@@ -105,7 +99,19 @@ class DivWriter:
     @property
     def guid(self) -> bytes:
         """This producer's GUID, as validators report it."""
-        return self.stamper.guid
+        return self.core.guid
+
+    @property
+    def stamper(self) -> DivStamper:
+        return self.core.stamper
+
+    @property
+    def clock_ms(self) -> Callable[[], int]:
+        return self.core.clock_ms
+
+    @property
+    def tracing(self) -> Sampler | None:
+        return self.core.tracing
 
     async def partitions(self, topic: str) -> list[int]:
         """The topic's partitions as the producer's metadata knows them; LookupError if none."""
@@ -117,13 +123,7 @@ class DivWriter:
 
     async def partition_for(self, topic: str, key: bytes | None) -> int:
         """Kafka's murmur2 partition for a key, round robin without one (decided before stamping)."""
-        partitions = await self.partitions(topic)
-        if key is None:
-            cycle = self._round_robin.get(topic)
-            if cycle is None:
-                cycle = self._round_robin[topic] = itertools.cycle(partitions)
-            return next(cycle)
-        return self._partitioner(key, partitions, partitions)
+        return self.core.partition_for(topic, key, await self.partitions(topic))
 
     async def send(
         self,
@@ -138,10 +138,8 @@ class DivWriter:
         self._check_open()
         if partition is None:
             partition = await self.partition_for(topic, key)
-        headers = self.with_trace(topic, headers)
         async with self._lock(topic, partition):
-            records = self.stamper.data(topic, partition, key, value, self.clock_ms(), headers)
-            future = await self._enqueue(records)
+            future = await self._enqueue(self.core.data(topic, partition, key, value, headers))
         assert future is not None, "a data record is always among the records sent"
         return future
 
@@ -149,13 +147,7 @@ class DivWriter:
         self, topic: str, headers: Iterable[tuple[str, bytes | None]] = ()
     ) -> tuple[tuple[str, bytes | None], ...]:
         """`headers`, plus a trace header when the sampling picks this record of `topic`."""
-        headers = tuple(headers)
-        if self.tracing is not None and not any(name == TRACE_HEADER for name, _ in headers):
-            # A record that already carries a trace (a processor forwarding it) keeps it.
-            stamp = self.tracing.stamp_for(topic, self.clock_ms())
-            if stamp is not None:
-                headers += ((TRACE_HEADER, encode_trace(stamp)),)
-        return headers
+        return self.core.with_trace(topic, headers)
 
     async def send_and_wait(self, topic: str, value: bytes | None, key: bytes | None = None, **kwargs):
         """`send`, then wait until the broker has acknowledged the record."""
@@ -173,11 +165,11 @@ class DivWriter:
     async def end_segment(self, topic: str, partition: int, final: bool = True) -> None:
         """END_OF_SEGMENT with the segment's checksum; the next record opens a new segment."""
         async with self._lock(topic, partition):
-            await self._enqueue(self.stamper.end_segment(topic, partition, final, self.clock_ms()))
+            await self._enqueue(self.core.end_segment(topic, partition, final))
 
     async def end_segments(self, topic: str | None = None, *, final: bool = True) -> None:
         """End every open segment (of one topic, or of all)."""
-        for tp_topic, partition in self.stamper.open_partitions(topic):
+        for tp_topic, partition in self.core.open_partitions(topic):
             await self.end_segment(tp_topic, partition, final)
 
     @contextlib.asynccontextmanager
@@ -225,7 +217,7 @@ class DivWriter:
         futures = []
         for partition in await self.partitions(topic):
             async with self._lock(topic, partition):
-                futures.append(await self._enqueue(self.stamper.control(topic, partition, kind, self.clock_ms())))
+                futures.append(await self._enqueue(self.core.push_marker(topic, partition, kind)))
         await asyncio.gather(*(future for future in futures if future is not None))
 
     async def _enqueue(self, records: list[OutgoingRecord]) -> asyncio.Future | None:
