@@ -41,7 +41,8 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
  *   [--state-dir DIR] [--property NAME=VALUE]...
  * </pre>
  *
- * Exit status: 0 after a clean shutdown (SIGTERM), 1 when the application failed, 2 on bad arguments.
+ * SIGTERM closes it cleanly (its last offsets committed), exit status 143 as any JVM's; 1 when the
+ * application failed, 2 on bad arguments.
  */
 public final class StreamsHop {
     public static final String DIV_HEADER = "div";
