@@ -135,6 +135,8 @@ async def what_the_topics_hold(bootstrap: str, scenario: Scenario) -> dict:
         trace = trace_of(record.headers)
         if trace is not None:
             at[trace] = (record.partition, record.offset)
+            # The writer gives every record a key and a value.
+            assert record.key is not None and record.value is not None, record
             values[trace], keys[trace] = record.value, record.key
     copies: Counter[bytes] = Counter()
     committed = 0
@@ -145,7 +147,7 @@ async def what_the_topics_hold(bootstrap: str, scenario: Scenario) -> dict:
         names = [name for name, _ in record.headers]
         trace = trace_of(record.headers)
         # The hop's contract: the trace header kept, the input's `div` not, the value transformed.
-        assert trace in at and DIV_HEADER not in names, (record, names)
+        assert trace is not None and trace in at and DIV_HEADER not in names, (record, names)
         assert (record.key, record.value) == (keys[trace], values[trace].upper()), record
         copies[trace] += 1
     in_log = 0
