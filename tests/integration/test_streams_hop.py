@@ -47,6 +47,7 @@ HOP_PROPERTIES = {
 # The writer's keys are b"k<n>", n its count: records written early in every run.
 DROPPED_KEYS = ("k7", "k77", "k177", "k377", "k577")
 RUN_TIMEOUT_S = 120.0
+KAFKA_SOURCES = ("python", "spark")
 # A JVM that ran its shutdown hooks (Kafka Streams closed cleanly) at SIGTERM exits 128 + 15.
 SIGTERM_EXIT = 143
 
@@ -223,11 +224,11 @@ async def incidents_by_route(bootstrap: str, app_id: str) -> dict[str, dict[str,
     return found
 
 
-def nightly(bootstrap: str, spark, out) -> tuple[dict, list]:
+def nightly(bootstrap: str, spark, out, kafka_source: str) -> tuple[dict, list]:
     args = parse_args(
         [
             *("--bootstrap", bootstrap, "--app-id", f"qos-{uuid.uuid4().hex[:8]}"),
-            *("--routes", ";".join(s.route for s in SCENARIOS), "--out", str(out), "--kafka-source", "python"),
+            *("--routes", ";".join(s.route for s in SCENARIOS), "--out", str(out), "--kafka-source", kafka_source),
         ]
     )
     said: list[str] = []
@@ -259,18 +260,24 @@ def audited(bootstrap, registry_url, spark, tmp_path_factory):
             )
 
         held, view, incidents = run_coroutine(audit())
-        summary, rows = nightly(bootstrap, spark, tmp_path_factory.mktemp("nightly"))
-        yield {"held": held, "view": view, "incidents": incidents, "summary": summary, "rows": rows}
+        # Through either of the job's Kafka readers: both must skip the aborted transactions' records.
+        by_source = {
+            source: nightly(bootstrap, spark, tmp_path_factory.mktemp(f"nightly-{source}"), source)
+            for source in KAFKA_SOURCES
+        }
+        yield {"held": held, "view": view, "incidents": incidents, "nightly": by_source}
     finally:
         worker.terminate()
         run_coroutine(_delete_topics(bootstrap, topics))
 
 
-def audit_says(audited: dict, route: str) -> dict:
-    """What each of the audit's paths says of a route: live incidents and counts, nightly findings and counts."""
-    view, summary = audited["view"][route], audited["summary"]["routes"][route]
+def audit_says(audited: dict, route: str, kafka_source: str) -> dict:
+    """What each of the audit's paths says of a route: live incidents and counts, nightly findings
+    and counts (the job reading Kafka through `kafka_source`)."""
+    summary, all_rows = audited["nightly"][kafka_source]
+    view, summary = audited["view"][route], summary["routes"][route]
     (hop,) = view["hops"]
-    rows = [r for r in audited["rows"] if r["route"] == route]
+    rows = [r for r in all_rows if r["route"] == route]
     return {
         "live_lost": audited["incidents"][route]["LOST"],
         "live_duplicated": audited["incidents"][route]["DUPLICATED"],
@@ -284,20 +291,22 @@ def audit_says(audited: dict, route: str) -> dict:
 
 
 def assert_audit_matches_the_topic(audited: dict, route: str) -> dict:
-    held, said = audited["held"][route], audit_says(audited, route)
-    # The figures of the run, for `pytest -s`.
-    print(
-        f"\n{route}: written {held['written']}, in the destination {held['destination_records']} "
-        f"({held['extra_copies']} extra copies of {len(held['duplicated'])} records, {len(held['lost'])} missing, "
-        f"{held['aborted_in_log']} aborted in the log); reported live and nightly: "
-        f"{said['live_counts']} / {said['nightly_counts']} (delivered, lost, duplicated)"
-    )
-    expected_counts = (held["traced"] - len(held["lost"]), len(held["lost"]), len(held["duplicated"]))
-    assert said["live_lost"] == said["nightly_lost"] == held["lost"], said
-    assert said["live_duplicated"] == said["nightly_duplicated"] == held["duplicated"], said
-    assert said["live_counts"] == said["nightly_counts"] == expected_counts, said
-    assert said["nightly_traced_pending"] == (held["traced"], 0), said
-    assert said["nightly_extra_copies"] == held["extra_copies"], said
+    held = audited["held"][route]
+    for kafka_source in KAFKA_SOURCES:
+        said = audit_says(audited, route, kafka_source)
+        # The figures of the run, for `pytest -s`.
+        print(
+            f"\n{route}: written {held['written']}, in the destination {held['destination_records']} "
+            f"({held['extra_copies']} extra copies of {len(held['duplicated'])} records, "
+            f"{len(held['lost'])} missing, {held['aborted_in_log']} aborted in the log); reported live and "
+            f"nightly ({kafka_source}): {said['live_counts']} / {said['nightly_counts']} (delivered, lost, duplicated)"
+        )
+        expected_counts = (held["traced"] - len(held["lost"]), len(held["lost"]), len(held["duplicated"]))
+        assert said["live_lost"] == said["nightly_lost"] == held["lost"], said
+        assert said["live_duplicated"] == said["nightly_duplicated"] == held["duplicated"], said
+        assert said["live_counts"] == said["nightly_counts"] == expected_counts, said
+        assert said["nightly_traced_pending"] == (held["traced"], 0), said
+        assert said["nightly_extra_copies"] == held["extra_copies"], said
     return held
 
 
