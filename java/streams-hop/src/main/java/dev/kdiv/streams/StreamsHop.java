@@ -9,6 +9,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeaders;
@@ -187,18 +188,21 @@ public final class StreamsHop {
         }
         KafkaStreams streams = new KafkaStreams(topology, props);
         CountDownLatch done = new CountDownLatch(1);
-        boolean[] failed = {false};
+        AtomicBoolean failed = new AtomicBoolean(false);
         // The state on stdout, one line each: how a supervisor (or a test) sees it RUNNING.
         streams.setStateListener((now, before) -> {
             System.out.println("state " + now);
             System.out.flush();
+            if (now == KafkaStreams.State.ERROR) {
+                failed.set(true);
+            }
             if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
                 done.countDown();
             }
         });
         streams.setUncaughtExceptionHandler(exception -> {
             System.err.println("kdiv-streams-hop: failed: " + exception);
-            failed[0] = true;
+            failed.set(true);
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
@@ -208,6 +212,6 @@ public final class StreamsHop {
         streams.start();
         done.await();
         streams.close(CLOSE_TIMEOUT);
-        System.exit(failed[0] ? 1 : 0);
+        System.exit(failed.get() ? 1 : 0);
     }
 }
