@@ -696,17 +696,19 @@ def wait_for_broker(bootstrap: str, timeout: float) -> None:
 def fetch_jars(maven: str) -> None:
     """Fetch the Java components kdiv runs (Apache Kafka's broker and command-line tools, Spark's
     kafka connector for the nightly job, Apicurio Registry for the registry tests) into kdiv's
-    cache, with Maven, and build kdiv's Java producer interceptor there.
+    cache, with Maven, and build kdiv's own Java programs there (its producer interceptor, its
+    Kafka Streams hop).
 
     The one step that downloads; run it once after installing kdiv. Prints each bundle's directory.
     """
     from kdiv.maven import BUNDLES, JarsError
-    from kdiv.maven.interceptor import build_interceptor
+    from kdiv.maven.project import PROJECTS
 
     try:
         for bundle in BUNDLES:
             click.echo(bundle.fetch(maven))
-        click.echo(build_interceptor(maven))
+        for project in PROJECTS:
+            click.echo(project.build(maven))
     except JarsError as failed:
         raise CommandFailed(str(failed)) from None
 

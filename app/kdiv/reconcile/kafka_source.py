@@ -558,6 +558,9 @@ def _read_with_spark_source(spark: SparkSession, snapshot: Snapshot, librdkafka:
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
+        # As the python source (librdkafka's default) and the worker read: records of aborted
+        # transactions are not in the topic (a Java consumer reads them by default).
+        .option("kafka.isolation.level", "read_committed")
         # Records deleted since the snapshot (DeleteRecords, retention) are skipped, not a
         # failure of the whole job: the job reports them (kdiv.reconcile.vanished).
         .option("failOnDataLoss", "false")
