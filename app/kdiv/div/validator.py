@@ -358,6 +358,7 @@ class DataIntegrityValidator:
         part.records += accepted
         part.last_offset = last
         part.holes = holes
+        part.tracker.pack_crowded()  # producers unpacked by the fast path
         return i
 
     def _validate_full(
@@ -379,6 +380,7 @@ class DataIntegrityValidator:
         kind = header.kind
         crc = record_crc(kind, record.key, record.value)
         tracker = part.tracker
+        tracker.pack_crowded()  # before the producer's state is read: none is held meanwhile
 
         is_push_marker = kind == Kind.START_OF_PUSH or kind == Kind.END_OF_PUSH
         # START_OF_PUSH and END_OF_PUSH are validated as inside the push they delimit.
