@@ -159,7 +159,7 @@ class Worker:
         await self._commit(unit, sink)
 
     async def _commit(self, unit: UnitOfWork, sink: MemorySink) -> None:
-        unit.gather(self.live, None, "")
+        await unit.gather(self.live, None, "")
         await unit.commit(sink)
 
 
@@ -340,7 +340,7 @@ def test_commit_writes_in_the_protocols_numbered_steps():
     unit.touch((TOPIC, 0))
     unit.touch(("observations", 3))
     unit.add_incidents((TOPIC, 0), incidents_for(live.process(replace(records[-1], offset=3), NOW), NOW))
-    unit.gather(live, _Audit(), "observations")
+    asyncio.run(unit.gather(live, _Audit(), "observations"))
     sink = MemorySink([])
     committed = asyncio.run(unit.commit(sink))
     assert sink.steps == ["ledger", "observations", "incidents", "state", "traces", "release"]
@@ -366,7 +366,7 @@ def test_an_unacknowledged_incident_stops_the_commit_before_the_state():
         live.process(record, NOW)
     result = live.process(replace(records[-1], offset=3), NOW)  # a DUPLICATE
     unit.add_incidents((TOPIC, 0), incidents_for(result, NOW))
-    unit.gather(live, None, "")
+    asyncio.run(unit.gather(live, None, ""))
     sink = _Unacknowledged([])
     with pytest.raises(Crash):
         asyncio.run(unit.commit(sink))
