@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdiv.div import tracker as tracker_module
+from kdiv.div.producer_states import ProducerStates
 from kdiv.div.segment import Segment, as_segment, last_producer_ts
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator, Semantics
@@ -123,3 +125,16 @@ def test_a_burst_of_new_producers_keeps_at_most_twice_the_bound_unpacked_on_the_
     assert len(segments) == 2_000 and [r.verdict.value for r in results] == ["OK"] * len(results)
     assert 100 < peak <= 2 * 100 + 50, peak  # packed as it went, not only at a checkpoint
     assert all(as_segment(segments[n.to_bytes(16, "big")]).sequence_number == 1 for n in range(2_000))
+
+
+def test_many_producers_removed_at_once_leave_exactly_the_others():
+    states = ProducerStates()
+    packed = {n.to_bytes(16, "big"): Segment(0, n, ChecksumType.ADHASH).pack() for n in range(1, 500)}
+    states.put_packed(packed.items())
+    states[b"active"] = Segment(0, 7, ChecksumType.NONE)
+    gone = [g for n, g in enumerate(packed) if n % 3 == 0] + [b"active"]
+    states.remove_many(gone)
+    assert len(states) == 499 + 1 - len(gone)
+    assert dict(states.items()) == {g: p for g, p in packed.items() if g not in gone}
+    with pytest.raises(KeyError):
+        states.remove_many([gone[0]])

@@ -40,7 +40,7 @@ _UINT64_MASK = (1 << 64) - 1
 # Unpacked producer states (a `Segment` object each, about 400 bytes where a packed one takes
 # under 100) per partition past which idle ones are packed between records, not only at
 # checkpoints: a burst of new producers holds at most about twice as many unpacked.
-UNPACKED_MAX = 4096
+UNPACKED_MAX = 1024
 _SEQ_BITS = 0xFFFFFFFF
 
 
@@ -88,8 +88,7 @@ class PartitionTracker:
 
     def evict(self, guids: list[bytes]) -> None:
         """Forget these producers: one seen again is a producer never seen before."""
-        for guid in guids:
-            del self.segments[guid]
+        self.segments.remove_many(guids)
 
     def pack_idle(self) -> None:
         """Pack every producer whose state has not moved since the previous call."""

@@ -37,7 +37,7 @@ from kdiv.worker.unit import CommitFailures, CommitTimedOut, StateSink, UnitOfWo
 log = logging.getLogger("kdiv.worker")
 
 # Records validated in one go before the event loop gets a turn (web views, heartbeats).
-YIELD_EVERY_RECORDS = 2_000
+YIELD_EVERY_RECORDS = 1_000
 # A commit that failed is tried again after this long, doubling up to the cap: a broker
 # back from an outage is written to within seconds.
 RETRY_FIRST_S = 0.5
@@ -208,7 +208,7 @@ class BatchPath:
         await self.log_starts.poll_log_starts()
         await self.rewinds.check_high_watermarks()
         self.rewinds.note_rewinds()
-        self._evict_over_limit()
+        await self._evict_over_limit()
         await self._commit(self.unit)
         self._unflushed_records = 0
         observed, self._observed = self._observed, []
@@ -216,17 +216,22 @@ class BatchPath:
         self._watch.clear()
         self.stats.batches += 1
 
-    def _evict_over_limit(self) -> None:
+    async def _evict_over_limit(self) -> None:
         """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
-        recently seen, before their writes (which delete them) and after the incident."""
+        recently seen, before their writes (which delete them) and after the incident; the
+        event loop runs between partitions (an eviction may walk 100,000 producers)."""
         now = self.clock()
         for key in sorted(self.live.loaded):
+            await asyncio.sleep(0)
+            if not self.live.is_loaded(*key):
+                continue  # revoked meanwhile
             eviction = self.live.evict_over_limit(*key)
             if eviction is None:
                 continue
             incident = eviction_incident(eviction, now)
             self.unit.add_incident(key, incident)
             self.stats.producers_evicted += len(eviction.guids)
+        await asyncio.sleep(0)
 
     def _judge_traces(self) -> None:
         """The judges' verdicts: incidents (LOST, DUPLICATED, UNRESOLVED), written with their

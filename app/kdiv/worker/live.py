@@ -424,6 +424,7 @@ class LiveValidation:
             dirty.update(checkpoint.upserts)
         changed = list(dirty)  # what the writes cover: the set is emptied now, not after the pauses
         dirty.clear()
+        yield  # the checkpoint walked every producer of the partition
         return (
             yield from partition_writes_in_slices(
                 self.values, topic, partition, self.validator.partitions[tp], checkpoint, changed, evicted
