@@ -31,7 +31,7 @@ class StateWrites:
 
 T = TypeVar("T")
 # Producer states encoded between two pauses of `partition_writes_in_slices` (a few ms).
-ENCODE_SLICE = 2_000
+ENCODE_SLICE = 1_000
 
 
 def partition_writes(

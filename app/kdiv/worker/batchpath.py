@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
@@ -36,8 +37,11 @@ from kdiv.worker.unit import CommitFailures, CommitTimedOut, StateSink, UnitOfWo
 
 log = logging.getLogger("kdiv.worker")
 
-# Records validated in one go before the event loop gets a turn (web views, heartbeats).
-YIELD_EVERY_RECORDS = 1_000
+# Records validated in one call (a slice), and the time slices may take before the event
+# loop gets a turn (web views, heartbeats). An answer needs a few turns, so a turn must be
+# short: a slice of new producers takes their full path, record by record.
+SLICE_RECORDS = 250
+YIELD_AFTER_S = 0.02
 # A commit that failed is tried again after this long, doubling up to the cap: a broker
 # back from an outage is written to within seconds.
 RETRY_FIRST_S = 0.5
@@ -147,19 +151,22 @@ class BatchPath:
             watch |= self.runs.producers_in_runs(topic, partition)
         results: list[ValidationResult] = []
         i, end = 0, len(records)
+        turn = time.monotonic()
         while True:
             # In slices, the event loop served between them: a fetch of new producers' records
             # takes the full path record by record, and /health must answer meanwhile.
-            stop = min(end, i + YIELD_EVERY_RECORDS)
+            stop = min(end, i + SLICE_RECORDS)
             taken = records if i == 0 and stop == end else records[i:stop]
             i += live.process_run(topic, partition, taken, 0, now, watch, results)
             self._observe(key, results, now)
             if i == end:
                 break
             if i == stop:
-                await asyncio.sleep(0)
-                if not live.is_loaded(topic, partition):
-                    return  # revoked meanwhile: its new owner reads these records again
+                if time.monotonic() - turn >= YIELD_AFTER_S:
+                    await asyncio.sleep(0)
+                    turn = time.monotonic()
+                    if not live.is_loaded(topic, partition):
+                        return  # revoked meanwhile: its new owner reads these records again
                 continue
             # A re-delivery or a push marker, one by one.
             record = consumed(topic, partition, records[i])

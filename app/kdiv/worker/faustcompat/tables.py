@@ -26,7 +26,7 @@ from kdiv.worker.faustcompat.internals import send_counted_batches, track_topic
 
 # Changes written (a RocksDB write batch and their changelog records) between two turns of
 # the event loop: one slice takes a few tens of ms, a commit of 200,000 producers many.
-WRITE_SLICE = 5_000
+WRITE_SLICE = 2_000
 
 
 class _Message:
