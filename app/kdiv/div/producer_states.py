@@ -59,6 +59,8 @@ def _entries(bucket: bytes) -> Iterator[tuple[int, int, int, int, int]]:
 
 def _find(bucket: bytes, guid: bytes) -> tuple[int, int, int] | None:
     """(entry start, state start, entry end) of `guid`'s entry in `bucket`, or None."""
+    if guid not in bucket:
+        return None  # in C: the common answer for a producer never seen before
     size = len(guid)
     for at, guid_at, _guid_end, state_at, end in _entries(bucket):
         if bucket[at] == size and bucket.startswith(guid, guid_at):
