@@ -164,6 +164,19 @@ def measure_new_producers(producers: int, records_each: int, partitions: int, wi
         f"{producers:,} new producers over {partitions} partitions, {records_each} DATA record(s) each, "
         f"a window of {window} recent seqs"
     )
+    # VmRSS first, untraced (tracemalloc's own records would count in it), in a process that
+    # has not yet freed memory its allocator would reuse.
+    gc.collect()
+    rss_before = resident_bytes()
+    validator, validate_s = _validate_new(streams, window, tracker_module.UNPACKED_MAX)
+    gc.collect()
+    rss_active = resident_bytes() - rss_before
+    start = time.perf_counter()
+    _checkpoint_twice(validator, partitions)
+    packed_s = time.perf_counter() - start
+    gc.collect()
+    rss_idle = resident_bytes() - rss_before
+    del validator
     # The baseline, in this run: every new producer kept unpacked until a checkpoint (no
     # bound), with the dict of per-producer marks the tracker kept beside them until now.
     unbounded = 1 << 62
@@ -186,18 +199,6 @@ def measure_new_producers(producers: int, records_each: int, partitions: int, wi
     gc.collect()
     tracemalloc.stop()
 
-    # VmRSS, untraced (tracemalloc's own records would count in it).
-    gc.collect()
-    rss_before = resident_bytes()
-    validator, validate_s = _validate_new(streams, window, tracker_module.UNPACKED_MAX)
-    gc.collect()
-    rss_active = resident_bytes() - rss_before
-    start = time.perf_counter()
-    _checkpoint_twice(validator, partitions)
-    packed_s = time.perf_counter() - start
-    gc.collect()
-    rss_idle = resident_bytes() - rss_before
-    del validator
     gc.collect()
     print(
         f"  validated and checkpointed twice in {validate_s + packed_s:.2f} s, "
