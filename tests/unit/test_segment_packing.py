@@ -138,3 +138,22 @@ def test_many_producers_removed_at_once_leave_exactly_the_others():
     assert dict(states.items()) == {g: p for g, p in packed.items() if g not in gone}
     with pytest.raises(KeyError):
         states.remove_many([gone[0]])
+
+
+def test_after_a_rewind_a_producer_that_writes_again_is_not_taken_for_idle():
+    log = Log()
+    stamper = DivStamper(GUID_A)
+    v = DataIntegrityValidator()
+    for _ in range(3):
+        for r in log.add_outgoing(stamper.data("t", 0, b"k", b"v", 1_000)):
+            v.validate(r, NOW)
+    tracker = v.partition("t", 0).tracker
+    tracker.pack_idle()  # the producer is at offset 2: what is at or below it has not moved
+    tracker.rewound(1)  # offsets 1 and 2 come again
+    state = tracker.segment(GUID_A)
+    assert state is not None
+    state.last_offset = 1  # a record at a rewound offset
+    tracker.pack_idle()
+    assert isinstance(tracker.segments[GUID_A], Segment)
+    tracker.pack_idle()  # not moved since: packed
+    assert isinstance(tracker.segments[GUID_A], bytes)

@@ -37,7 +37,7 @@ from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
 Tolerate = Callable[[], bool]
 _UINT64_MASK = (1 << 64) - 1
-# Unpacked producer states (a `Segment` object each, about 400 bytes where a packed one takes
+# Unpacked producer states (a `Segment` object each, about 460 bytes where a packed one takes
 # under 100) per partition past which idle ones are packed between records, not only at
 # checkpoints: a burst of new producers holds at most about twice as many unpacked.
 UNPACKED_MAX = 1024
@@ -109,6 +109,11 @@ class PartitionTracker:
             self.segments.active = active = dict(active)
         # Twice what is left: a crowd that keeps moving is looked at less and less often.
         self._pack_over = max(UNPACKED_MAX, 2 * len(active))
+
+    def rewound(self, first_offset: int) -> None:
+        """The partition's log was rewound to `first_offset` (offsets from there on come
+        again): what `pack_idle` takes for not moved is what lies before it."""
+        self._idle_at_or_below = min(self._idle_at_or_below, first_offset - 1)
 
     def pack_crowded(self) -> None:
         """Between records: with more than `UNPACKED_MAX` producers unpacked (a burst of new

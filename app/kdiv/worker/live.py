@@ -216,6 +216,7 @@ class LiveValidation:
         dirty = self._dirty.setdefault(tp, set())
         dirty.add(b"")
         tracker = part.tracker
+        tracker.rewound(first_offset)
         for guid, state in list(tracker.segments.items()):
             if as_segment(state).last_offset >= first_offset:
                 segment = cast(Segment, tracker.segment(guid))
