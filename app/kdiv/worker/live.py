@@ -423,11 +423,11 @@ class LiveValidation:
         if tp in self._rewrite:
             self._rewrite.discard(tp)
             dirty.update(checkpoint.upserts)
-        changed = list(dirty)  # what the writes cover: the set is emptied now, not after the pauses
-        dirty.clear()
+        changed = list(dirty)  # what the writes cover, should more be validated during the pauses
         yield  # the checkpoint walked every producer of the partition
-        return (
-            yield from partition_writes_in_slices(
-                self.values, topic, partition, self.validator.partitions[tp], checkpoint, changed, evicted
-            )
+        writes = yield from partition_writes_in_slices(
+            self.values, topic, partition, self.validator.partitions[tp], checkpoint, changed, evicted
         )
+        # Only now: writes given up half way (the task cancelled) leave the producers dirty.
+        dirty.difference_update(changed)
+        return writes
