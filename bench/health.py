@@ -127,7 +127,14 @@ async def main_async(args: argparse.Namespace, bootstrap: str, registry: str) ->
                 if not round_:
                     print(f"{name}: kdiv from {package_of(app_dir)}", flush=True)
                 figures = await run_variant(
-                    bootstrap, registry, name, app_dir, args.producers, args.limit, args.batch_max, Path(workdir)
+                    bootstrap,
+                    registry,
+                    name,
+                    app_dir,
+                    args.producers,
+                    args.limit,
+                    args.batch_max,
+                    Path(workdir) / f"round-{round_ + 1}",
                 )
                 runs[name].append(figures)
                 print(
