@@ -37,7 +37,7 @@ from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
 Tolerate = Callable[[], bool]
 _UINT64_MASK = (1 << 64) - 1
-# Unpacked producer states (a `Segment` object each, about 460 bytes where a packed one takes
+# Unpacked producer states (a `Segment` object each, about 510 bytes where a packed one takes
 # under 100) per partition past which idle ones are packed between records, not only at
 # checkpoints: a burst of new producers holds at most about twice as many unpacked.
 UNPACKED_MAX = 1024
