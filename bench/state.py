@@ -15,10 +15,12 @@ K partitions of one topic, then, in this process:
    two checkpoints (the first sets the data-relative anchor): how many producer states remain.
 
 With --new-producers N: N producers never seen before, each sending --records-each records,
-validated the way the worker's batch path does (`validate_run`), and the memory the
-partitions' trackers hold per producer-partition (tracemalloc, and VmRSS before and after),
-right after validation and once two checkpoints have packed them as idle, with a breakdown
-of one producer's share by object.
+validated the way the worker's batch path does (`validate_run`, 2,000 records a call), and
+the memory the partitions' trackers hold per producer-partition (tracemalloc, and VmRSS
+before and after), right after validation and once two checkpoints have packed them as
+idle, with a breakdown of one producer's share by object. The baseline, in the same run:
+the same validation with no bound on unpacked producers (`UNPACKED_MAX`), plus the dict of
+per-producer marks the tracker kept beside them before (the previous layout).
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from kdiv.div import tracker as tracker_module  # noqa: E402
 from kdiv.div.record import ConsumedRecord  # noqa: E402
 from kdiv.div.segment import Segment  # noqa: E402
 from kdiv.div.stamper import DivStamper  # noqa: E402
@@ -132,17 +136,19 @@ def breakdown(tracker: object) -> list[tuple[str, float]]:
         if buckets:
             held = sum(sys.getsizeof(b) for b in buckets.values()) + sys.getsizeof(buckets)
             rows.append(("idle: buckets and their dict, all told", held / n))
-    unpacked = getattr(tracker, "_unpacked", None)
-    if isinstance(unpacked, dict) and unpacked:
-        rows.append(("tracker._unpacked: dict share", sys.getsizeof(unpacked) / n))
     return rows
 
 
-def _validate_new(streams: dict[int, list[ConsumedRecord]], window: int) -> tuple[DataIntegrityValidator, float]:
+def _validate_new(
+    streams: dict[int, list[ConsumedRecord]], window: int, unpacked_max: int
+) -> tuple[DataIntegrityValidator, float]:
     validator = DataIntegrityValidator(window=window)
     start = time.perf_counter()
-    for partition, stream in streams.items():
-        validator.validate_run(TOPIC, partition, stream, 0, NOW, set(), set(), [])
+    with mock.patch.object(tracker_module, "UNPACKED_MAX", unpacked_max):
+        for partition, stream in streams.items():
+            # In fetches of 2,000, as the worker's batch path hands them over.
+            for at in range(0, len(stream), 2_000):
+                validator.validate_run(TOPIC, partition, stream[at : at + 2_000], 0, NOW, set(), set(), [])
     return validator, time.perf_counter() - start
 
 
@@ -158,52 +164,92 @@ def measure_new_producers(producers: int, records_each: int, partitions: int, wi
         f"{producers:,} new producers over {partitions} partitions, {records_each} DATA record(s) each, "
         f"a window of {window} recent seqs"
     )
-    # VmRSS first, untraced (tracemalloc's own records would count in it).
+    # VmRSS first, untraced (tracemalloc's own records would count in it), in a process that
+    # has not yet freed memory its allocator would reuse.
     gc.collect()
     rss_before = resident_bytes()
-    validator, validate_s = _validate_new(streams, window)
+    validator, validate_s = _validate_new(streams, window, tracker_module.UNPACKED_MAX)
     gc.collect()
     rss_active = resident_bytes() - rss_before
+    start = time.perf_counter()
     _checkpoint_twice(validator, partitions)
+    packed_s = time.perf_counter() - start
     gc.collect()
     rss_idle = resident_bytes() - rss_before
     del validator
+    # The baseline, in this run: every new producer kept unpacked until a checkpoint (no
+    # bound), with the dict of per-producer marks the tracker kept beside them until now.
+    unbounded = 1 << 62
+    # Timed with the two checkpoints that pack every producer: both layouts pack each once.
+    unbounded_validator, baseline_s = _validate_new(streams, window, unbounded)
+    start = time.perf_counter()
+    _checkpoint_twice(unbounded_validator, partitions)
+    baseline_s += time.perf_counter() - start
+    del unbounded_validator
     gc.collect()
-    print(f"  validated in {validate_s:.2f} s")
+    tracemalloc.start()
+    traced_before = tracemalloc.get_traced_memory()[0]
+    validator, _ = _validate_new(streams, window, unbounded)
+    marks = [dict.fromkeys(validator.partitions[(TOPIC, p)].tracker.segments.active, -1) for p in streams]
+    gc.collect()
+    baseline = tracemalloc.get_traced_memory()[0] - traced_before
+    rows_baseline = breakdown(validator.partitions[(TOPIC, 0)].tracker)
+    rows_baseline.append(("the previous layout's dict of marks: share", sys.getsizeof(marks[0]) / len(marks[0])))
+    del validator, marks
+    gc.collect()
+    tracemalloc.stop()
+
+    gc.collect()
+    print(
+        f"  validated and checkpointed twice in {validate_s + packed_s:.2f} s, "
+        f"{(validate_s + packed_s) / baseline_s:.2f}x the unbounded baseline's {baseline_s:.2f} s"
+    )
 
     tracemalloc.start()
     traced_before = tracemalloc.get_traced_memory()[0]
-    validator, _ = _validate_new(streams, window)
+    validator, _ = _validate_new(streams, window, tracker_module.UNPACKED_MAX)
     gc.collect()
     active = tracemalloc.get_traced_memory()[0] - traced_before
     rows_active = breakdown(validator.partitions[(TOPIC, 0)].tracker)
+    unpacked = sum(len(validator.partitions[(TOPIC, p)].tracker.segments.active) for p in streams)
     _checkpoint_twice(validator, partitions)
     gc.collect()
     idle = tracemalloc.get_traced_memory()[0] - traced_before
     rows_idle = breakdown(validator.partitions[(TOPIC, 0)].tracker)
     held = sum(len(validator.partitions[(TOPIC, p)].tracker.segments) for p in streams)
     assert held == producers, (held, producers)
-    # The baseline, in this run: the idle states as a dict of GUID -> packed bytes, as the
-    # tracker kept them before it packed them into shared buckets.
+    # The idle states as a dict of GUID -> packed bytes, as the tracker kept them before it
+    # packed them into shared buckets.
     traced_before = tracemalloc.get_traced_memory()[0]
     as_dicts = [dict(validator.partitions[(TOPIC, p)].tracker.segments.items()) for p in streams]
     gc.collect()
     dict_baseline = tracemalloc.get_traced_memory()[0] - traced_before
     del as_dicts
     tracemalloc.stop()
+    print(
+        f"  baseline: all unpacked until a checkpoint: {baseline / producers:.0f} bytes per producer-partition traced"
+    )
+    for what, size in rows_baseline:
+        print(f"      {what:<44} {size:7.1f}")
     for label, traced, rss, rows in (
-        ("after validation (active)", active, rss_active, rows_active),
+        (
+            f"right after validation ({unpacked:,} unpacked, at most about 2x UNPACKED_MAX "
+            f"{tracker_module.UNPACKED_MAX} per partition)",
+            active,
+            rss_active,
+            rows_active,
+        ),
         ("idle, after two checkpoints", idle, rss_idle, rows_idle),
     ):
         per = traced / producers
         print(
-            f"  {label}: {per:.0f} bytes per producer-partition traced, {rss / producers:.0f} by VmRSS; "
-            f"goal <= 150: {'met' if per <= 150 else 'NOT met'}"
+            f"  {label}: {per:.0f} bytes per producer-partition traced ({traced / baseline:.2f}x the baseline), "
+            f"{rss / producers:.0f} by VmRSS; goal <= 150: {'met' if per <= 150 else 'NOT met'}"
         )
         for what, size in rows:
             print(f"      {what:<44} {size:7.1f}")
     print(
-        f"  baseline, the same idle states in a dict of GUID -> packed bytes: {dict_baseline / producers:.0f} bytes "
+        f"  the same idle states in a dict of GUID -> packed bytes: {dict_baseline / producers:.0f} bytes "
         f"per producer-partition; buckets take {idle / dict_baseline:.2f}x that"
     )
 

@@ -51,8 +51,9 @@ def new_live() -> LiveValidation:
     return live
 
 
-def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_go():
-    records = new_producers_fetch(3 * divtopics.YIELD_EVERY_RECORDS)
+def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_go(monkeypatch):
+    monkeypatch.setattr(divtopics, "YIELD_AFTER_S", 0.0)  # a turn after every slice
+    records = new_producers_fetch(3 * divtopics.SLICE_RECORDS)
     whole = new_live()
     whole.process_run("orders", 0, records, 0, NOW, set(), [])
     sliced, touched = new_live(), []
@@ -79,8 +80,9 @@ def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_
     assert touched == [("orders", 0)]
 
 
-def test_a_partition_revoked_during_a_pause_is_left_alone():
-    records = new_producers_fetch(divtopics.YIELD_EVERY_RECORDS)
+def test_a_partition_revoked_during_a_pause_is_left_alone(monkeypatch):
+    monkeypatch.setattr(divtopics, "YIELD_AFTER_S", 0.0)
+    records = new_producers_fetch(divtopics.SLICE_RECORDS)
     live, touched = new_live(), []
     path = new_div_topics(live, touched)
 
@@ -95,3 +97,25 @@ def test_a_partition_revoked_during_a_pause_is_left_alone():
 
     asyncio.run(run())
     assert not live.is_loaded("orders", 0) and touched == []
+
+
+def test_slices_quicker_than_the_bound_run_on_without_a_turn(monkeypatch):
+    monkeypatch.setattr(divtopics, "YIELD_AFTER_S", 3600.0)
+    records = new_producers_fetch(3 * divtopics.SLICE_RECORDS)
+    live, touched = new_live(), []
+    path = new_div_topics(live, touched)
+    turns = []
+
+    async def run() -> None:
+        async def tick() -> None:
+            while True:
+                turns.append(len(live.validator.partition("orders", 0).tracker.segments))
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)
+        await path.take(("orders", 0), records, 0, NOW)
+        ticker.cancel()
+
+    asyncio.run(run())
+    assert all(producers in (0, len(records) // 2) for producers in turns), turns

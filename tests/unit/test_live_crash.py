@@ -169,7 +169,7 @@ class Worker:
         await self._commit(unit, sink, committable)
 
     async def _commit(self, unit: UnitOfWork, sink: MemorySink, committable: list[int]) -> None:
-        unit.gather(self.live, None, "")
+        await unit.gather(self.live, None, "")
         committed = await unit.commit(sink)
         if (TOPIC, 0) in committed.offsets:
             committable.append(committed.offsets[(TOPIC, 0)])
@@ -359,7 +359,7 @@ def test_commit_writes_in_the_protocols_numbered_steps():
     unit.touch((TOPIC, 0))
     unit.touch(("observations", 3))
     unit.add_incidents((TOPIC, 0), incidents_for(live.process(replace(records[-1], offset=3), NOW), NOW))
-    unit.gather(live, _Audit(), "observations")
+    asyncio.run(unit.gather(live, _Audit(), "observations"))
     sink = MemorySink([])
     committed = asyncio.run(unit.commit(sink))
     assert sink.steps == ["ledger", "observations", "incidents", "state", "traces", "release"]
@@ -385,7 +385,7 @@ def test_an_unacknowledged_incident_stops_the_commit_before_the_state():
         live.process(record, NOW)
     result = live.process(replace(records[-1], offset=3), NOW)  # a DUPLICATE
     unit.add_incidents((TOPIC, 0), incidents_for(result, NOW))
-    unit.gather(live, None, "")
+    asyncio.run(unit.gather(live, None, ""))
     sink = _Unacknowledged([])
     with pytest.raises(Crash):
         asyncio.run(unit.commit(sink))

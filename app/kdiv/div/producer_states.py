@@ -59,6 +59,8 @@ def _entries(bucket: bytes) -> Iterator[tuple[int, int, int, int, int]]:
 
 def _find(bucket: bytes, guid: bytes) -> tuple[int, int, int] | None:
     """(entry start, state start, entry end) of `guid`'s entry in `bucket`, or None."""
+    if guid not in bucket:
+        return None  # in C: the common answer for a producer never seen before
     size = len(guid)
     for at, guid_at, _guid_end, state_at, end in _entries(bucket):
         if bucket[at] == size and bucket.startswith(guid, guid_at):
@@ -99,6 +101,33 @@ class ProducerStates(MutableMapping[bytes, "Segment | bytes"]):
             del self._buckets[key]
         self._packed -= 1
         return bucket[state_at:end]
+
+    def remove_many(self, guids: Iterable[bytes]) -> None:
+        """Forget these producers (each must be held), every bucket rebuilt once: one by one,
+        each removal copies its whole bucket."""
+        by_bucket: dict[int, set[bytes]] = {}
+        active = self.active
+        mask = self._mask
+        for guid in guids:
+            if active.pop(guid, None) is None:
+                by_bucket.setdefault(hash(guid) & mask, set()).add(guid)
+        buckets = self._buckets
+        for key, gone in by_bucket.items():
+            bucket = buckets.get(key, b"")
+            kept = []
+            for at, guid_at, guid_end, _state_at, end in _entries(bucket):
+                guid = bucket[guid_at:guid_end]
+                if guid in gone:
+                    gone.discard(guid)
+                    self._packed -= 1
+                else:
+                    kept.append(bucket[at:end])
+            if kept:
+                buckets[key] = b"".join(kept)
+            elif key in buckets:
+                del buckets[key]
+            if gone:
+                raise KeyError(next(iter(gone)))
 
     def put_packed(self, states: Iterable[tuple[bytes, bytes]]) -> None:
         """Keep these (GUID, packed state) as idle entries (none may be held already, packed

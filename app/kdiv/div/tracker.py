@@ -37,6 +37,10 @@ from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
 Tolerate = Callable[[], bool]
 _UINT64_MASK = (1 << 64) - 1
+# Unpacked producer states (a `Segment` object each, about 510 bytes where a packed one takes
+# under 100) per partition past which idle ones are packed between records, not only at
+# checkpoints: a burst of new producers holds at most about twice as many unpacked.
+UNPACKED_MAX = 1024
 _SEQ_BITS = 0xFFFFFFFF
 
 
@@ -47,7 +51,7 @@ def _never() -> bool:
 class PartitionTracker:
     """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
 
-    __slots__ = ("_unpacked", "implicit_segments", "segments", "window")
+    __slots__ = ("_idle_at_or_below", "_pack_over", "implicit_segments", "segments", "window")
 
     def __init__(self, window: int = 0, implicit_segments: bool = True) -> None:
         # Seqs per producer whose CRCs the exact accounting keeps (`kdiv.div.exact`); 0: off.
@@ -58,8 +62,11 @@ class PartitionTracker:
         # own (`ProducerStates`): a million producer states fit in a fraction of the memory.
         # Read entries with `segment`, or `as_segment` when only looking.
         self.segments = ProducerStates()
-        # Unpacked entries -> their last offset at the last `pack_idle` (-1: not seen by one).
-        self._unpacked: dict[bytes, int] = {}
+        # The highest last offset of the unpacked producers at the last `pack_idle`: offsets
+        # only grow, so one still at or below it has not moved since (no mark per producer).
+        self._idle_at_or_below = -1
+        # Unpacked producers past which `pack_crowded` packs the idle ones.
+        self._pack_over = UNPACKED_MAX
 
     def segment(self, guid: bytes) -> Segment | None:
         """The producer's state, unpacked for use (and kept unpacked until it is idle again)."""
@@ -70,40 +77,50 @@ class PartitionTracker:
             if packed is None:
                 return None
             s = segments.active[guid] = Segment.unpack(packed)
-            self._unpacked[guid] = -1
         return s
 
     def install(self, producers: Mapping[bytes, Segment | bytes]) -> None:
         """Replace the state with saved producers, kept packed until used."""
         self.segments = ProducerStates()
         self.segments.put_packed((g, s if isinstance(s, bytes) else s.pack()) for g, s in producers.items())
-        self._unpacked = {}
+        self._idle_at_or_below = -1
+        self._pack_over = UNPACKED_MAX
 
     def evict(self, guids: list[bytes]) -> None:
         """Forget these producers: one seen again is a producer never seen before."""
-        for guid in guids:
-            del self.segments[guid]
-            self._unpacked.pop(guid, None)
+        self.segments.remove_many(guids)
 
     def pack_idle(self) -> None:
         """Pack every producer whose state has not moved since the previous call."""
         active = self.segments.active
-        idle: list[tuple[bytes, bytes]] = []
-        for guid, offset_then in list(self._unpacked.items()):
-            s = active.get(guid)
-            if s is None:
-                del self._unpacked[guid]
-            elif s.last_offset == offset_then:
-                del active[guid]
-                idle.append((guid, s.pack()))
-                del self._unpacked[guid]
-            else:
-                self._unpacked[guid] = s.last_offset
-        self.segments.put_packed(idle)
+        moved_past = high = self._idle_at_or_below
+        idle: list[bytes] = []
+        for guid, s in active.items():
+            offset = s.last_offset
+            if offset <= moved_past:
+                idle.append(guid)
+            elif offset > high:
+                high = offset
+        self._idle_at_or_below = high
+        pop = active.pop
+        self.segments.put_packed([(guid, pop(guid).pack()) for guid in idle])
         if len(idle) > len(active):
-            # A dict keeps its table when entries leave: copies are sized to what is left.
-            self.segments.active = dict(active)
-            self._unpacked = dict(self._unpacked)
+            # A dict keeps its table when entries leave: the copy is sized to what is left.
+            self.segments.active = active = dict(active)
+        # Twice what is left: a crowd that keeps moving is looked at less and less often.
+        self._pack_over = max(UNPACKED_MAX, 2 * len(active))
+
+    def rewound(self, first_offset: int) -> None:
+        """The partition's log was rewound to `first_offset` (offsets from there on come
+        again): what `pack_idle` takes for not moved is what lies before it."""
+        self._idle_at_or_below = min(self._idle_at_or_below, first_offset - 1)
+
+    def pack_crowded(self) -> None:
+        """Between records: with more than `UNPACKED_MAX` producers unpacked (a burst of new
+        producers), pack those idle since the last such pass, as a checkpoint would. What is
+        packed and what is not changes no verdict; it bounds the memory of unpacked states."""
+        if len(self.segments.active) > self._pack_over:
+            self.pack_idle()
 
     def accept_in_order(
         self,
@@ -221,7 +238,6 @@ class PartitionTracker:
         # against it instead of being reported unregistered again.
         # `validate` read the producer with `segment` first: it is not held packed.
         self.segments.active[h.guid] = segment
-        self._unpacked[h.guid] = -1
         if registered:
             segment.registered = True
         elif h.implicit_segment and self.implicit_segments:

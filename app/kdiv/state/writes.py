@@ -3,8 +3,9 @@ order the worker's crash protocol writes them (`kdiv.worker.unit`)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Generator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kdiv.div.ledger import ledger_key
 from kdiv.div.segment import as_segment
@@ -28,6 +29,11 @@ class StateWrites:
         return [(partition_key(self.topic, self.partition), self.partition_value), *self.producers]
 
 
+T = TypeVar("T")
+# Producer states encoded between two pauses of `partition_writes_in_slices` (a few ms).
+ENCODE_SLICE = 1_000
+
+
 def partition_writes(
     values: StateValues,
     topic: str,
@@ -39,16 +45,43 @@ def partition_writes(
 ) -> StateWrites:
     """The partition state, the `changed` producers still tracked, and deletions of those
     evicted (`evicted`, when not seen again since) or expired (`checkpoint.expired`)."""
+    return run_slices(partition_writes_in_slices(values, topic, partition, part, checkpoint, changed, evicted))
+
+
+def partition_writes_in_slices(
+    values: StateValues,
+    topic: str,
+    partition: int,
+    part: PartitionValidation,
+    checkpoint: Checkpoint,
+    changed: Collection[bytes],
+    evicted: Collection[bytes],
+) -> Generator[None, None, StateWrites]:
+    """`partition_writes`, pausing (a bare `yield`) after every `ENCODE_SLICE` producers
+    encoded: an asynchronous caller lets its event loop run there, so that the writes of
+    200,000 new producers never hold it for long. Returns the writes."""
     writes = StateWrites(topic, partition, values.encode(part))
-    for guid in sorted(changed):
+    append = writes.producers.append
+    for n, guid in enumerate(sorted(changed), 1):
         segment = checkpoint.upserts.get(guid)
         if segment is not None:
-            writes.producers.append((producer_key(topic, partition, guid), values.encode(as_segment(segment))))
+            append((producer_key(topic, partition, guid), values.encode(as_segment(segment))))
         elif guid in evicted:
-            writes.producers.append((producer_key(topic, partition, guid), None))
+            append((producer_key(topic, partition, guid), None))
+        if not n % ENCODE_SLICE:
+            yield
     for guid in checkpoint.expired:
-        writes.producers.append((producer_key(topic, partition, guid), None))
+        append((producer_key(topic, partition, guid), None))
     return writes
+
+
+def run_slices(slices: Generator[None, None, T]) -> T:
+    """What a generator of slices (`partition_writes_in_slices`) returns, run without pausing."""
+    while True:
+        try:
+            next(slices)
+        except StopIteration as done:
+            return done.value
 
 
 def ledger_writes(

@@ -147,7 +147,7 @@ class BatchPath:
         """Take what validation left for the unit's partitions into it, and commit it; a
         commit that fails on the broker, or takes longer than its bound, is tried again,
         whole, until it is written (the offsets wait: nothing after the last commit counts)."""
-        unit.gather(self.live, self.audit, self.observations)
+        await unit.gather(self.live, self.audit, self.observations)
         failures = self.commit_failures
         retry_s = RETRY_FIRST_S
         while True:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -31,8 +32,11 @@ from kdiv.worker.unit import UnitOfWork
 
 log = logging.getLogger("kdiv.worker")
 
-# Records validated in one go before the event loop gets a turn (web views, heartbeats).
-YIELD_EVERY_RECORDS = 2_000
+# Records validated in one call (a slice), and the time slices may take before the event
+# loop gets a turn (web views, heartbeats). An answer needs a few turns, so a turn must be
+# short: a slice of new producers takes their full path, record by record.
+SLICE_RECORDS = 250
+YIELD_AFTER_S = 0.02
 NOT_TAKEN = Taken(stopped_at=0)
 
 
@@ -133,17 +137,20 @@ class DivTopics:
         results: list[ValidationResult] = []
         i, end = start, len(records)
         first = True
+        turn = time.monotonic()
         while i < end:
-            stop = min(end, i + YIELD_EVERY_RECORDS)
+            stop = min(end, i + SLICE_RECORDS)
             taken = records if i == 0 and stop == end else records[i:stop]
             i += live.process_run(topic, partition, taken, 0, now_ms, watch, results)
             self._observe(key, results, now_ms)
             if i == end:
                 break
             if i == stop:
-                await asyncio.sleep(0)
-                if not live.is_loaded(topic, partition):
-                    return NOT_TAKEN  # revoked meanwhile: its new owner reads these records again
+                if time.monotonic() - turn >= YIELD_AFTER_S:
+                    await asyncio.sleep(0)
+                    turn = time.monotonic()
+                    if not live.is_loaded(topic, partition):
+                        return NOT_TAKEN  # revoked meanwhile: its new owner reads these records again
                 continue
             # A re-delivery or a push marker, one by one.
             record = consumed(topic, partition, records[i])
@@ -196,16 +203,21 @@ class DivTopics:
         if recreated:
             await self.rewinds.read_again_from_beginning([key for key, _ in recreated])
 
-    def evict_over_limit(self, unit: UnitOfWork) -> None:
+    async def evict_over_limit(self, unit: UnitOfWork) -> None:
         """Partitions tracking more producers than KDIV_PRODUCERS_LIMIT forget the least
-        recently seen, before their writes (which delete them) and after the incident."""
+        recently seen, before their writes (which delete them) and after the incident; the
+        event loop runs between partitions (an eviction may walk 100,000 producers)."""
         now = self.clock()
         for key in sorted(self.live.loaded):
+            await asyncio.sleep(0)
+            if not self.live.is_loaded(*key):
+                continue  # revoked meanwhile
             eviction = self.live.evict_over_limit(*key)
             if eviction is None:
                 continue
             unit.add_incident(key, eviction_incident(eviction, now))
             self.stats.producers_evicted += len(eviction.guids)
+        await asyncio.sleep(0)
 
     def flushed(self) -> None:
         """After a commit: the fault runs learn what the bulk path reported, and the

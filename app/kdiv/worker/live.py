@@ -28,7 +28,7 @@ validated, so the records now at those offsets are judged as new.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -47,7 +47,7 @@ from kdiv.div.wire import DivHeader, Kind, readable_scanned, scan_div_header
 from kdiv.state.codec import StateDecodeError
 from kdiv.state.tables import parse_key
 from kdiv.state.values import StateValues
-from kdiv.state.writes import StateWrites, ledger_writes, partition_writes
+from kdiv.state.writes import StateWrites, ledger_writes, partition_writes_in_slices, run_slices
 from kdiv.worker.retention import BehindDeletions, Deletion
 
 _PUSH_MARKERS = (int(Kind.START_OF_PUSH), int(Kind.END_OF_PUSH))
@@ -216,6 +216,7 @@ class LiveValidation:
         dirty = self._dirty.setdefault(tp, set())
         dirty.add(b"")
         tracker = part.tracker
+        tracker.rewound(first_offset)
         for guid, state in list(tracker.segments.items()):
             if as_segment(state).last_offset >= first_offset:
                 segment = cast(Segment, tracker.segment(guid))
@@ -408,6 +409,11 @@ class LiveValidation:
 
     def take_writes(self, topic: str, partition: int) -> StateWrites | None:
         """The writes that save everything validated since the last call, or None."""
+        return run_slices(self.take_writes_in_slices(topic, partition))
+
+    def take_writes_in_slices(self, topic: str, partition: int) -> Generator[None, None, StateWrites | None]:
+        """`take_writes`, pausing (a bare `yield`) between slices of producer states encoded
+        (`partition_writes_in_slices`), for a caller that lets its event loop run there."""
         tp = (topic, partition)
         dirty = self._dirty.get(tp)
         if not dirty:
@@ -417,8 +423,11 @@ class LiveValidation:
         if tp in self._rewrite:
             self._rewrite.discard(tp)
             dirty.update(checkpoint.upserts)
-        writes = partition_writes(
-            self.values, topic, partition, self.validator.partitions[tp], checkpoint, dirty, evicted
+        changed = list(dirty)  # what the writes cover, should more be validated during the pauses
+        yield  # the checkpoint walked every producer of the partition
+        writes = yield from partition_writes_in_slices(
+            self.values, topic, partition, self.validator.partitions[tp], checkpoint, changed, evicted
         )
-        dirty.clear()
+        # Only now: writes given up half way (the task cancelled) leave the producers dirty.
+        dirty.difference_update(changed)
         return writes

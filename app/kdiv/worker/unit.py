@@ -199,10 +199,12 @@ class UnitOfWork:
             unit._work[key] = work if work is not None else PartitionWork()
         return unit
 
-    def gather(self, live: LiveValidation, audit: AuditWrites | None, observations_topic: str) -> None:
+    async def gather(self, live: LiveValidation, audit: AuditWrites | None, observations_topic: str) -> None:
         """Take into the unit what validation holds for its partitions: from `live` the key
         ledger entries and state writes (partition state first, then its producers), from
-        `audit` the route partitions' observations and the observations partitions' traces."""
+        `audit` the route partitions' observations and the observations partitions' traces.
+        The event loop runs between slices of the producer states encoded (/health answers
+        while 200,000 new producers' states are)."""
         for key in self.partitions:
             work = self._work[key]
             topic, partition = key
@@ -212,7 +214,14 @@ class UnitOfWork:
                     continue
                 work.observations.extend(audit.take_observations(topic, partition))
             work.ledger.extend(live.take_ledger_writes(topic, partition))
-            writes = live.take_writes(topic, partition)
+            slices = live.take_writes_in_slices(topic, partition)
+            while True:
+                try:
+                    next(slices)
+                except StopIteration as done:
+                    writes = done.value
+                    break
+                await asyncio.sleep(0)
             if writes is not None:
                 work.state.extend(writes.in_order())
                 work.has_state = True
