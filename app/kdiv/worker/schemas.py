@@ -5,7 +5,7 @@ against the registry, one incident per identity)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kdiv.config.settings import Settings
@@ -33,7 +33,6 @@ class SchemaChecks:
         restore: RestoreListener,
         stats: Any,
         clock: Callable[[], int],
-        send_incidents: Callable[[list[Incident]], Awaitable[None]],
         state_schema_known: bool,
     ) -> None:
         self.settings = settings
@@ -43,7 +42,8 @@ class SchemaChecks:
         self.restore = restore
         self.stats = stats
         self.clock = clock
-        self.send_incidents = send_incidents
+        # Incidents of the state's own schema findings, written with the next unit of work.
+        self._findings: list[Incident] = []
         # Until the state schema is registered state is neither loaded nor written, and
         # /health says why.
         self.state_schema_ready = asyncio.Event()
@@ -89,15 +89,17 @@ class SchemaChecks:
             if self.restore.new_ids:
                 self.restore.new_ids = False
                 for changelog in self._changelogs:
-                    await self.report_state_findings(
+                    self.report_state_findings(
                         await self.state_check.check(changelog, self.restore.first_offsets(changelog))
                     )
             now = self.clock() / 1000
             if self.state_check.open and now - last_recheck >= recheck_s:
                 last_recheck = now
-                await self.report_state_findings(await self.state_check.recheck())
+                self.report_state_findings(await self.state_check.recheck())
 
-    async def report_state_findings(self, findings: list[StateFinding]) -> None:
+    def report_state_findings(self, findings: list[StateFinding]) -> None:
+        """Incidents of the state's schema findings, written with the next unit of work
+        (`judge_schemas` adds them to it), so they are counted and logged as every other."""
         now = self.clock()
         incidents = [
             schema_incident(
@@ -116,15 +118,19 @@ class SchemaChecks:
             )
             for f in findings
         ]
-        await self.send_incidents(incidents)
+        self._findings.extend(incidents)
 
     async def judge_schemas(self, unit: UnitOfWork) -> None:
-        """Incidents for framed records whose schema id is unknown or under another subject.
+        """Incidents for framed records whose schema id is unknown or under another subject,
+        and those of the state's schema findings reported since the last flush.
 
         `framed`: (topic, partition, field, id) -> (first offset, its timestamp, records).
         One incident per identity per worker; a record the registry cannot be asked about
         now is counted unchecked and its id is asked about again with the next batch.
         """
+        findings, self._findings = self._findings, []
+        for incident in findings:
+            unit.add_incident((incident.topic, incident.partition), incident)
         framed, self._framed = self._framed, {}
         now = self.clock()
         for (topic, partition, message_field, schema_id), (offset, timestamp, records) in framed.items():

@@ -20,7 +20,6 @@ then share one changelog partition, whose order makes the write order hold after
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,7 +58,6 @@ from kdiv.worker.faustcompat.transport import (
 )
 from kdiv.worker.incident_log import IncidentLog
 from kdiv.worker.incidents import (
-    Incident,
     RecentIncidents,
 )
 from kdiv.worker.kinds import ChangefeedTopics, ObservationTopics, TopicKinds
@@ -162,7 +160,6 @@ class ValidationWorker:
             self.restore,
             self.stats,
             clock,
-            self._send_incidents,
             state_schema_known=state_schema_id is not None,
         )
         # The views read these.
@@ -350,7 +347,7 @@ class ValidationWorker:
         count = next(n for n, t in self.tables.items() if t is table)
         self.ownership.load_assigned({t.name for t in self.cluster.topics if t.partitions == count})
         await self.rewinds.check_topic_ids(count)
-        await self.schemas.report_state_findings(await self.state_check.check(changelog, ids))
+        self.schemas.report_state_findings(await self.state_check.check(changelog, ids))
 
     def _count_committed(self, committed: Committed) -> None:
         self.stats.incidents_sent += committed.incidents
@@ -360,13 +357,6 @@ class ValidationWorker:
 
     def _count_flush(self) -> None:
         self.stats.batches += 1
-
-    async def _send_incidents(self, incidents: list[Incident]) -> None:
-        if not incidents:
-            return
-        await asyncio.gather(*await self.sink.send_incidents(incidents))
-        self.stats.incidents_sent += len(incidents)
-        self.runs.written(incidents)
 
     def lag(self, topic: str, partition: int) -> int | None:
         """Records between the last validated one and the partition's true log end (None:
