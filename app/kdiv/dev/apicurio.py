@@ -17,11 +17,9 @@ import atexit
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +29,7 @@ from typing import IO
 from kdiv import maven
 from kdiv.dev.lifetime import dies_with_this_process
 from kdiv.dev.ports import BrokerError, ensure_port_free, free_port, host_for_address, wait_or_kill
+from kdiv.dev.sigterm import serve_until_signalled
 from kdiv.maven import APICURIO_REGISTRY, JarsError
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -167,13 +166,8 @@ class ApicurioRegistry:
         The URL goes alone to stdout (scripts read it); the registry's log goes to stderr.
         Must run in the main thread, where Python delivers signals.
         """
-        stop_requested = threading.Event()
-        previous_handlers = {
-            sig: signal.signal(sig, lambda signum, frame: stop_requested.set())
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        try:
-            self.start(inherit_output=True)
+
+        def announce() -> None:
             print(self.url, flush=True)
             print(
                 f"Apicurio Registry {APICURIO_REGISTRY.version} (in memory, compatibility "
@@ -181,14 +175,14 @@ class ApicurioRegistry:
                 file=sys.stderr,
                 flush=True,
             )
-            while not stop_requested.wait(0.5):
-                if not self.running:
-                    code = self.process.returncode if self.process is not None else None
-                    raise ApicurioError(f"Apicurio Registry on port {self.port} exited unexpectedly ({code})")
-        finally:
-            self.stop()
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
+
+        def ended() -> Exception | None:
+            if self.running:
+                return None
+            code = self.process.returncode if self.process is not None else None
+            return ApicurioError(f"Apicurio Registry on port {self.port} exited unexpectedly ({code})")
+
+        serve_until_signalled(lambda: self.start(inherit_output=True), announce, ended, self.stop)
 
     def output_tail(self) -> str:
         if self._directory is None:

@@ -35,7 +35,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -55,6 +54,7 @@ from kdiv.dev.ports import (
     live_brokers,
     wait_or_kill,
 )
+from kdiv.dev.sigterm import serve_until_signalled
 from kdiv.maven import KAFKA_BROKER, JarsError
 
 _READY_POLL_INTERVAL_S = 0.1
@@ -415,13 +415,8 @@ class KafkaCluster:
         The address goes alone to stdout (scripts read it); the brokers' logs go to stderr.
         Must run in the main thread, where Python delivers signals.
         """
-        stop_requested = threading.Event()
-        previous_handlers = {
-            sig: signal.signal(sig, lambda signum, frame: stop_requested.set())
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        try:
-            self.start(inherit_output=True)
+
+        def announce() -> None:
             print(self.bootstrap, flush=True)
             where = "a temporary directory, removed at stop" if self._data_dir is None else str(self._data_dir)
             print(
@@ -431,15 +426,17 @@ class KafkaCluster:
                 file=sys.stderr,
                 flush=True,
             )
-            while not stop_requested.wait(0.5):
-                for node in self.nodes:
-                    if not node.running:
-                        code = node.process.returncode if node.process is not None else None
-                        raise BrokerError(f"Kafka node {node.node_id} on port {node.port} exited unexpectedly ({code})")
-        finally:
-            self.stop(timeout=_CLI_STOP_TIMEOUT_S)
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
+
+        def ended() -> Exception | None:
+            for node in self.nodes:
+                if not node.running:
+                    code = node.process.returncode if node.process is not None else None
+                    return BrokerError(f"Kafka node {node.node_id} on port {node.port} exited unexpectedly ({code})")
+            return None
+
+        serve_until_signalled(
+            lambda: self.start(inherit_output=True), announce, ended, lambda: self.stop(timeout=_CLI_STOP_TIMEOUT_S)
+        )
 
     # -- internals ---------------------------------------------------------------------
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -32,6 +30,7 @@ from kdiv.dev.ports import (
     host_for_address,
     wait_or_kill,
 )
+from kdiv.dev.sigterm import serve_until_signalled
 
 TANSU_BIN_ENV = "CALF_TANSU_BIN"
 # Passed explicitly so a stray CLUSTER_ID in the environment cannot hide the broker from
@@ -174,29 +173,22 @@ class TansuBroker:
         The address goes alone to stdout (scripts can read it); Tansu's logs go to stderr.
         Must run in the main thread, where Python delivers signals.
         """
-        stop_requested = threading.Event()
-        previous_handlers = {
-            sig: signal.signal(sig, lambda signum, frame: stop_requested.set())
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        try:
-            self._start(15.0, inherit_output=True)
+
+        def announce() -> None:
             print(self.bootstrap, flush=True)
             print(
                 "Tansu development broker running (memory storage: topics vanish on stop). Ctrl-C to stop.",
                 file=sys.stderr,
                 flush=True,
             )
-            while not stop_requested.wait(0.5):
-                assert self._process is not None
-                if self._process.poll() is not None:
-                    raise BrokerError(
-                        f"the broker on {self.bootstrap} exited unexpectedly with code {self._process.returncode}"
-                    )
-        finally:
-            self.stop()
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
+
+        def ended() -> Exception | None:
+            process = self._process
+            if process is None or process.poll() is None:
+                return None
+            return BrokerError(f"the broker on {self.bootstrap} exited unexpectedly with code {process.returncode}")
+
+        serve_until_signalled(lambda: self._start(15.0, inherit_output=True), announce, ended, self.stop)
 
     def _spawn(self, binary: str, inherit_output: bool) -> None:
         url = f"tcp://{host_for_address(self.host)}:{self.port}"
