@@ -17,6 +17,7 @@ from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import ChecksumType
 from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import SchemaLookups
+from kdiv.trace.judge import Observation
 from kdiv.worker.audit import HopStats, PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.incidents import Incident, RecentIncidents
@@ -105,6 +106,11 @@ def worker_parts(reports: Path | None = None, *, audit: bool = True, configured_
         pipeline.hops[("flow", 1)] = judged
         pipeline.hops[("fan", 0)] = HopStats(outcomes=Counter({"UNRESOLVED": 2}))
         pipeline.known_groups = frozenset({"enricher", "mailer"})
+        # Traces seen at the routes' start, awaiting their verdicts: two of flow's, one of fan's.
+        judge = pipeline._judge_of(0)
+        for number, route in enumerate(("flow", "flow", "fan")):
+            seen = Observation(bytes([number]) * 16, route, 0, "orders", 0, number, NOW - 1_000, NOW - 1_500)
+            judge.observe(seen, NOW - 1_000)
 
     ready = asyncio.Event()
     ready.set()

@@ -134,8 +134,10 @@ def test_the_audit_snapshot_names_each_routes_hops_sampling_and_counts() -> None
     parts.audit.hops[("flow", 1)].add_latency(5)
     parts.audit.traced[("flow", 1)] += 1
     assert sum(judged.latency_buckets) == 2 and snapshot.traced[("flow", 1)] == 6
-    assert (snapshot.open_traces, flow.open_traces, snapshot.header_errors) == (0, 0, 0)
-    assert _model(audit=False)[1].audit() is None
+    assert (snapshot.open_traces, model.route_open_traces("flow"), model.route_open_traces("fan")) == (3, 2, 1)
+    assert (snapshot.header_errors, snapshot.bad_observations) == (0, 0)
+    without = _model(audit=False)[1]
+    assert without.audit() is None and without.route_open_traces("flow") == 0
 
 
 def test_the_metrics_histogram_uses_the_snapshots_bounds() -> None:

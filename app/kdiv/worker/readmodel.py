@@ -115,13 +115,12 @@ class HopCounts:
 
 @dataclass(frozen=True, slots=True)
 class AuditRoute:
-    """A route of the pipeline audit: its stages, each hop's group, its open traces here, and
-    the writers' sampling rate at its source (None: not known)."""
+    """A route of the pipeline audit: its stages, each hop's group, and the writers' sampling
+    rate at its source (None: not known)."""
 
     name: str
     stages: tuple[tuple[str, ...], ...]
     groups: tuple[str, ...]
-    open_traces: int
     sampling_rate: float | None
 
 
@@ -135,7 +134,7 @@ class AuditSnapshot:
     traced: dict[tuple[str, int], int]  # (route, stage) -> observations sent
     hops: dict[tuple[str, int], HopCounts]  # (route, hop) -> judged
     latency_bounds_ms: tuple[int, ...]  # the latency buckets' upper bounds
-    open_traces: int
+    open_traces: int  # of every route
     header_errors: int
     bad_observations: int
 
@@ -256,4 +255,9 @@ class WorkerReadModel(Protocol):
 
     def audit(self) -> AuditSnapshot | None:
         """The pipeline audit's counts (None: the audit is not judged live)."""
+        ...
+
+    def route_open_traces(self, route: str) -> int:
+        """Traces of `route` awaiting a verdict here (0 without the audit). Asked apart from
+        `audit`: counting one route's is a pass over every open trace."""
         ...

@@ -202,7 +202,6 @@ class WorkerReadout:
                     name=route.name,
                     stages=route.stages,
                     groups=tuple(hop.group for hop in route.hops),
-                    open_traces=audit.open_traces(route.name),
                     sampling_rate=sampling.rate_for(route.stages[0][0]) if sampling is not None else None,
                 )
                 for route in audit.routes
@@ -218,3 +217,7 @@ class WorkerReadout:
             header_errors=audit.header_errors,
             bad_observations=audit.bad_observations,
         )
+
+    def route_open_traces(self, route: str) -> int:
+        audit = self._worker.audit
+        return 0 if audit is None else audit.open_traces(route)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from faust.web import Request
 
-from kdiv.worker.readmodel import AuditSnapshot
+from kdiv.worker.readmodel import AuditSnapshot, WorkerReadModel
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.params import LOCAL, scope
 
 
 async def routes_view(site: Site, request: Request) -> Answer:
     """The pipeline audit: per route and hop, traces judged by every worker."""
-    local = route_hop_items(site.worker.audit())
+    local = route_hop_items(site.worker)
     gathered = await site.peers.gather(request, local, sort_key=lambda i: (i["route"], i["hop"]))
     if scope(request) == LOCAL:
         return Answer(gathered)
@@ -20,8 +20,9 @@ async def routes_view(site: Site, request: Request) -> Answer:
     return Answer(routes_summary(site.worker.audit(), gathered))
 
 
-def route_hop_items(audit: AuditSnapshot | None) -> list[dict]:
+def route_hop_items(worker: WorkerReadModel) -> list[dict]:
     """This worker's counts per route and hop (what its judges decided, what it observed)."""
+    audit = worker.audit()
     if audit is None:
         return []
     items = []
@@ -38,7 +39,7 @@ def route_hop_items(audit: AuditSnapshot | None) -> list[dict]:
                     "outcomes": outcomes,
                     "latency_buckets": list(stats.latency_buckets) if stats else [],
                     "latency_sum_ms": stats.latency_sum_ms if stats else 0,
-                    "open_traces": route.open_traces if hop_index == 0 else 0,
+                    "open_traces": worker.route_open_traces(route.name) if hop_index == 0 else 0,
                 }
             )
     return items
