@@ -23,6 +23,7 @@ from kdiv.state.values import StateValues
 from kdiv.worker.incidents import incidents_for
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.metrics import WorkerCollector
+from kdiv.worker.readout import WorkerReadout
 from tests.harness.streams import GUID_A, GUID_B, NOW, Log, verdicts
 
 LAG = 60_000
@@ -291,6 +292,6 @@ def test_gaps_that_cannot_be_told_are_counted_in_the_metrics():
         changefeed_topics=(),
         partition_progress=list,
     )
-    families = {family.name: family for family in islice(WorkerCollector(worker).collect(), 11)}
+    families = {family.name: family for family in islice(WorkerCollector(WorkerReadout(worker)).collect(), 11)}
     (sample,) = families["kdiv_compaction_gaps_untold"].samples
     assert (sample.labels, sample.value) == ({"topic": "t", "partition": "0"}, 1)

@@ -24,7 +24,7 @@ def _worker(incidents: list[Incident]):
     recent = RecentIncidents(capacity=10_000, max_bytes=1 << 30)
     for incident in incidents:
         recent.add(incident.key, incident, len(incident.value))
-    return SimpleNamespace(recent=recent, incidents_read_to={0: len(incidents)})
+    return SimpleNamespace(recent_incidents=recent.newest_first, incidents_read_to=lambda: {0: len(incidents)})
 
 
 def _page(worker, **query):

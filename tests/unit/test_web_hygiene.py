@@ -101,11 +101,7 @@ def test_links_fifos_and_directories_are_not_served(tmp_path: Path):
 
 
 def _worker(reports: Path | None):
-    return SimpleNamespace(
-        settings=SimpleNamespace(reconcile_reports=reports),
-        cluster=SimpleNamespace(cluster_id=None),
-        live=SimpleNamespace(validator=SimpleNamespace(partitions={})),
-    )
+    return SimpleNamespace(reconcile_reports=reports, cluster_id=None, watched_topic_ids=dict)
 
 
 def test_a_broken_summary_is_a_502_naming_the_run_not_a_path_and_is_logged_once(tmp_path: Path, caplog):

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from kdiv.div.faults import Verdict
-from kdiv.worker.audit import LATENCY_BUCKETS_MS
+from kdiv.worker.readmodel import AuditSnapshot, WorkerReadModel
 
 # aiohttp sets the charset itself and refuses one here.
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -22,7 +22,7 @@ _TP = ["topic", "partition"]
 class WorkerCollector:
     """Prometheus collector reading the worker's live state at each scrape."""
 
-    def __init__(self, worker) -> None:
+    def __init__(self, worker: WorkerReadModel) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Metric]:
@@ -63,13 +63,13 @@ class WorkerCollector:
             "(a changefeed partition has none: 0 once assigned)",
             labels=_TP,
         )
-        loaded = worker.live.validator.partitions
+        loaded = worker.partition_states()
         changefeed_partitions = []
         for topic, partition in worker.assigned_partitions():
             recovering.add_metric([topic, str(partition)], int(not worker.is_loaded(topic, partition)))
-            if topic in worker.changefeed_topics:
+            if worker.is_changefeed(topic):
                 changefeed_partitions.append((topic, partition))
-        for (topic, partition), part in sorted(loaded.items()):
+        for (topic, partition), part in loaded.items():
             labels = [topic, str(partition)]
             validated.add_metric(labels, part.records)
             for verdict, count in sorted(part.verdict_counts.items(), key=lambda item: item[0].value):
@@ -79,12 +79,12 @@ class WorkerCollector:
                     faults.add_metric([*labels, verdict.value], count)
             if part.untold_gaps:
                 untold.add_metric(labels, part.untold_gaps)
-            producers.add_metric(labels, len(part.tracker.segments))
+            producers.add_metric(labels, part.producers)
             in_push.add_metric(labels, int(part.in_push))
             push_failed.add_metric(labels, int(part.push_failed))
         # Changefeed partitions: rows verified by checksum (by verdict in kdiv_changefeed_rows).
         for topic, partition in changefeed_partitions:
-            validated.add_metric([topic, str(partition)], worker.changefeeds.records[(topic, partition)])
+            validated.add_metric([topic, str(partition)], worker.changefeed_partition(topic, partition).records)
         for measured in worker.partition_progress():
             labels = [measured.topic, str(measured.partition)]
             stalled.add_metric(labels, int(measured.stalled))
@@ -110,17 +110,17 @@ class WorkerCollector:
             "TiCDC changefeed row images verified by checksum, per topic, table and verdict",
             labels=["topic", "table", "verdict"],
         )
-        by_table: dict[tuple[str, str, str], int] = {}
-        for (topic, _partition, table, verdict), count in worker.changefeeds.counts.items():
-            by_table[(topic, table, verdict)] = by_table.get((topic, table, verdict), 0) + count
-        for (topic, table, verdict), count in sorted(by_table.items()):
-            rows.add_metric([topic, table, verdict], count)
+        for (topic, table, verdict_name), count in sorted(worker.changefeed_rows().items()):
+            rows.add_metric([topic, table, verdict_name], count)
         yield rows
 
-        if worker.audit is not None:
-            yield from _audit_metrics(worker.audit)
+        audit = worker.audit()
+        if audit is not None:
+            yield from _audit_metrics(audit)
 
-        stats = worker.stats
+        stats = worker.counters()
+        registry = worker.registry()
+        restores = worker.restores()
         for name, help_text, value in (
             ("kdiv_batches", "Batches validated", stats.batches),
             ("kdiv_incidents_sent", "Incidents written to the incidents topic", stats.incidents_sent),
@@ -144,7 +144,7 @@ class WorkerCollector:
             (
                 "kdiv_replays_skipped",
                 "Re-delivered records whose effect was already saved",
-                worker.live.replays_skipped,
+                stats.replays_skipped,
             ),
             ("kdiv_bad_incident_records", "Unreadable records in the incidents topic", stats.bad_incident_records),
             ("kdiv_schema_checked_records", "Framed records whose schema id was checked", stats.schema_checked_records),
@@ -156,38 +156,38 @@ class WorkerCollector:
             (
                 "kdiv_changefeed_registry_waits",
                 "Waits for the registry before a changefeed writer schema could be read",
-                worker.changefeeds.registry_waits,
+                stats.changefeed_registry_waits,
             ),
-            ("kdiv_schema_registry_requests", "Requests to the Schema Registry", worker.lookups.stats.requests),
+            ("kdiv_schema_registry_requests", "Requests to the Schema Registry", registry.requests),
             (
                 "kdiv_schema_registry_failures",
                 "Registry requests without a usable answer",
-                worker.lookups.stats.failures,
+                registry.failures,
             ),
             (
                 "kdiv_state_schema_repairs",
                 "State schemas registered under their changelog subject by kdiv",
-                worker.state_check.repairs,
+                stats.state_schema_repairs,
             ),
             (
                 "kdiv_restore_records",
                 "Changelog records applied to the state store (restores and standbys)",
-                worker.restore.totals.records,
+                restores.records,
             ),
-            ("kdiv_restore_batches", "Changelog batches applied to the state store", worker.restore.totals.batches),
+            ("kdiv_restore_batches", "Changelog batches applied to the state store", restores.batches),
             (
                 "kdiv_restores_completed",
                 "Changelog partitions whose active restore completed",
-                worker.restore.totals.completed,
+                restores.completed,
             ),
         ):
             counter = CounterMetricFamily(name, help_text)
             counter.add_metric([], value)
             yield counter
 
-        recovery = worker.recovery_status()
+        recovery = worker.recovery()
         liveness = worker.liveness()
-        for name, help_text, value in (
+        gauges: tuple[tuple[str, str, float], ...] = (
             (
                 "kdiv_progress_unknown",
                 "1 while the true log ends could not be read for KDIV_STALL_S (progress not measured)",
@@ -204,30 +204,31 @@ class WorkerCollector:
             (
                 "kdiv_restore_last_duration_seconds",
                 "Duration of the last completed partition restore",
-                worker.restore.totals.last_duration_ms / 1000,
+                restores.last_duration_ms / 1000,
             ),
             (
                 "kdiv_restores_in_progress",
                 "Changelog partitions being restored or replicated now",
-                len(worker.restore.active),
+                restores.in_progress,
             ),
             (
                 "kdiv_state_schema_findings",
                 "Open SUBJECT_MISMATCH / SCHEMA_UNKNOWN findings in the state",
-                len(worker.state_check.open),
+                len(worker.state_schema_findings()),
             ),
             (
                 "kdiv_schema_registry_available",
                 "0 while the registry is backed off after a failure",
-                int(worker.lookups.available),
+                int(registry.available),
             ),
-        ):
+        )
+        for name, help_text, gauge_value in gauges:
             gauge = GaugeMetricFamily(name, help_text)
-            gauge.add_metric([], value)
+            gauge.add_metric([], gauge_value)
             yield gauge
 
 
-def _audit_metrics(audit) -> Iterator[Metric]:
+def _audit_metrics(audit: AuditSnapshot) -> Iterator[Metric]:
     """The pipeline audit's counters per route and hop (of traced records only)."""
     observed = CounterMetricFamily(
         "kdiv_trace_observations", "Traced records seen per route and stage", labels=["route", "stage"]
@@ -247,13 +248,13 @@ def _audit_metrics(audit) -> Iterator[Metric]:
             outcomes.add_metric([route, str(hop), outcome], count)
         if any(stats.latency_buckets):
             cumulative, buckets = 0, []
-            for bound, count in zip((*LATENCY_BUCKETS_MS, float("inf")), stats.latency_buckets, strict=True):
+            for bound, count in zip((*audit.latency_bounds_ms, float("inf")), stats.latency_buckets, strict=True):
                 cumulative += count
                 buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
             latency.add_metric([route, str(hop)], buckets, stats.latency_sum_ms)
     yield from (observed, outcomes, latency)
     for name, help_text, value, kind in (
-        ("kdiv_trace_open", "Traces awaiting a verdict on this worker", audit.open_traces(), GaugeMetricFamily),
+        ("kdiv_trace_open", "Traces awaiting a verdict on this worker", audit.open_traces, GaugeMetricFamily),
         (
             "kdiv_trace_header_errors",
             "Unreadable trace headers on route topics",
@@ -272,7 +273,7 @@ def _audit_metrics(audit) -> Iterator[Metric]:
         yield family
 
 
-def render(worker) -> bytes:
+def render(worker: WorkerReadModel) -> bytes:
     """The worker's metrics in Prometheus' text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker))

@@ -42,11 +42,17 @@ _RANK = {GREEN: 0, RECOVERING: 1, AMBER: 2, RED: 3}
 
 
 class IncidentLike(Protocol):
-    topic: str
-    partition: int
-    verdict: str
-    severity: str
-    detected_at_ms: int
+    # Read-only: an `Incident` is frozen.
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def detected_at_ms(self) -> int: ...
 
 
 def worst(*states: str) -> str:

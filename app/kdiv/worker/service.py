@@ -66,6 +66,7 @@ from kdiv.worker.logends import LogEnds
 from kdiv.worker.logstarts import LogStartChecks
 from kdiv.worker.ownership import Ownership
 from kdiv.worker.progress import Liveness, PartitionProgress, Progress
+from kdiv.worker.readout import WorkerReadout
 from kdiv.worker.restore import RestoreListener, StateTable, changelog_partitions
 from kdiv.worker.rewinds import RewindChecks
 from kdiv.worker.schemas import SchemaChecks
@@ -431,6 +432,10 @@ class ValidationWorker:
     def forget_offsets(self, keys: Sequence[tuple[str, int]]) -> None:
         self.batches.forget_offsets(keys)
 
+    def read_model(self) -> WorkerReadout:
+        """What the web views and metrics read of this worker (`kdiv.worker.readmodel`)."""
+        return WorkerReadout(self)
+
 
 def build_app(
     settings: Settings, cluster: ClusterView, state_schema_id: int | None = None
@@ -498,7 +503,7 @@ def build_app(
     async def on_assigned(sender, assigned, **kwargs) -> None:
         worker.on_assigned(assigned)
 
-    register_views(app, worker)
+    register_views(app, settings, worker.read_model())
     exit_when_stop_overruns(lambda: app.should_stop, settings.stop_timeout_s)
 
     follow_incidents(app, worker)

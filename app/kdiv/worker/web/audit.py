@@ -5,26 +5,29 @@ from __future__ import annotations
 
 from faust.web import Request
 
+from kdiv.worker.readmodel import AuditSnapshot, WorkerReadModel
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.params import LOCAL, scope
 
 
 async def routes_view(site: Site, request: Request) -> Answer:
     """The pipeline audit: per route and hop, traces judged by every worker."""
-    gathered = await site.peers.gather(request, route_hop_items(site.worker), sort_key=lambda i: (i["route"], i["hop"]))
+    local = route_hop_items(site.worker)
+    gathered = await site.peers.gather(request, local, sort_key=lambda i: (i["route"], i["hop"]))
     if scope(request) == LOCAL:
         return Answer(gathered)
-    return Answer(routes_summary(site.worker, gathered))
+    # Read again: the groups known may have been learnt while the peers answered.
+    return Answer(routes_summary(site.worker.audit(), gathered))
 
 
-def route_hop_items(worker) -> list[dict]:
+def route_hop_items(worker: WorkerReadModel) -> list[dict]:
     """This worker's counts per route and hop (what its judges decided, what it observed)."""
-    audit = worker.audit
+    audit = worker.audit()
     if audit is None:
         return []
     items = []
     for route in audit.routes:
-        for hop_index in range(len(route.hops)):
+        for hop_index in range(len(route.groups)):
             stats = audit.hops.get((route.name, hop_index))
             outcomes = dict(stats.outcomes) if stats else {}
             items.append(
@@ -36,15 +39,14 @@ def route_hop_items(worker) -> list[dict]:
                     "outcomes": outcomes,
                     "latency_buckets": list(stats.latency_buckets) if stats else [],
                     "latency_sum_ms": stats.latency_sum_ms if stats else 0,
-                    "open_traces": audit.open_traces(route.name) if hop_index == 0 else 0,
+                    "open_traces": worker.route_open_traces(route.name) if hop_index == 0 else 0,
                 }
             )
     return items
 
 
-def routes_summary(worker, gathered: dict) -> dict:
+def routes_summary(audit: AuditSnapshot | None, gathered: dict) -> dict:
     """Every worker's per-hop counts summed per route and hop, with the rates they imply."""
-    audit = worker.audit
     routes = []
     merged: dict[tuple[str, int], dict] = {}
     for item in gathered["items"]:
@@ -59,12 +61,12 @@ def routes_summary(worker, gathered: dict) -> dict:
         into["latency_sum_ms"] += item["latency_sum_ms"]
         into["latency_count"] += sum(item["latency_buckets"])
         into["open"] += item["open_traces"]
-    sampling = audit.settings.sampling if audit is not None else None
+    known_groups = audit.known_groups if audit is not None else None
     for route in audit.routes if audit is not None else ():
-        per_hop = [merged.get((route.name, index), {}) for index in range(len(route.hops))]
+        per_hop = [merged.get((route.name, index), {}) for index in range(len(route.groups))]
         delivered = sum(counts.get("outcomes", {}).get("DELIVERED", 0) for counts in per_hop)
         hops = []
-        for index, (hop, counts) in enumerate(zip(route.hops, per_hop, strict=True)):
+        for index, (group, counts) in enumerate(zip(route.groups, per_hop, strict=True)):
             outcomes = counts.get("outcomes", {})
             lost, duplicated = outcomes.get("LOST", 0), outcomes.get("DUPLICATED", 0)
             judged = delivered + lost
@@ -73,9 +75,9 @@ def routes_summary(worker, gathered: dict) -> dict:
                 {
                     "hop": index,
                     "from": list(route.stages[index]),
-                    "group": hop.group,
+                    "group": group,
                     "to": list(route.stages[index + 1]),
-                    "group_known": None if audit.known_groups is None else hop.group in audit.known_groups,
+                    "group_known": None if known_groups is None else group in known_groups,
                     "observed_in": counts.get("observed_in", 0),
                     "observed_out": counts.get("observed_out", 0),
                     "lost": lost,
@@ -86,8 +88,7 @@ def routes_summary(worker, gathered: dict) -> dict:
                     "mean_latency_ms": counts.get("latency_sum_ms", 0) / latency_count if latency_count else None,
                 }
             )
-        source = route.stages[0][0]
-        rate = sampling.rate_for(source) if sampling is not None else None
+        rate = route.sampling_rate
         routes.append(
             {
                 "route": route.name,

@@ -15,15 +15,17 @@ from typing import Any, NamedTuple
 
 from faust.web import Request, Response, View
 
+from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.web.params import BadRequest
 from kdiv.worker.web.peers import Peers
 
 
 class Site(NamedTuple):
-    """What the handlers answer from: the Faust app, the validation worker and its peers."""
+    """What the handlers answer from: the Faust app, what the views read of the validation
+    worker, and its peers."""
 
     app: Any
-    worker: Any
+    worker: WorkerReadModel
     peers: Peers
 
 

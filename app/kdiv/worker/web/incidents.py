@@ -12,6 +12,7 @@ from kdiv.div.faults import Verdict
 from kdiv.registry.subjects import SCHEMA_UNKNOWN, SUBJECT_MISMATCH
 from kdiv.ticdc.checksum import FAULT_VERDICTS, ChecksumVerdict
 from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, LOG_REWOUND, PRODUCERS_LIMIT
+from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.params import MAX_PAGE, BadRequest, choice_param, int_param, is_hex_guid, scope, time_param
 from kdiv.worker.web.shapes import incident_json
@@ -40,7 +41,7 @@ async def incidents_view(site: Site, request: Request) -> Answer:
     return Answer(incidents_page(site.worker, request))
 
 
-def incidents_page(worker, request: Request) -> dict:
+def incidents_page(worker: WorkerReadModel, request: Request) -> dict:
     """Incidents matching the request, newest first, paginated."""
     limit = int_param(request, "limit", 50, minimum=1, maximum=MAX_PAGE)
     offset = int_param(request, "offset", 0)
@@ -55,7 +56,7 @@ def incidents_page(worker, request: Request) -> dict:
     until = time_param(request, "until")
     matching = [
         i
-        for i in worker.recent.newest_first()
+        for i in worker.recent_incidents()
         if (topic is None or i.topic == topic)
         and (partition is None or i.partition == partition)
         and (verdict is None or i.verdict == verdict)
@@ -73,7 +74,7 @@ def incidents_page(worker, request: Request) -> dict:
         "limit": limit,
         "next_offset": after if after < len(matching) else None,
         "bytes_cut": len(items) < min(limit, max(len(matching) - offset, 0)),
-        "read_to": [{"partition": p, "offset": o} for p, o in sorted(worker.incidents_read_to.items())],
+        "read_to": [{"partition": p, "offset": o} for p, o in sorted(worker.incidents_read_to().items())],
     }
 
 

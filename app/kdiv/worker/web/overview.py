@@ -41,13 +41,13 @@ async def overview_view(site: Site, request: Request) -> Answer:
         last = {"available": False, "message": last.get("message")}
     return Answer(
         overview(
-            list(worker.recent.newest_first()),
+            list(worker.recent_incidents()),
             gathered["items"],
-            worker.clock(),
+            worker.now_ms(),
             process=worker_health["status"],
             unavailable_workers=gathered["unavailable_workers"],
             reconciliation=last,
-            report_url=report_url(worker.settings.reconcile_reports, last.get("run")),
+            report_url=report_url(worker.reconcile_reports, last.get("run")),
             groups=groups,
             stalls=stall_reasons(worker.liveness()),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from faust.web import Request
 from yarl import URL
 
+from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.params import LOCAL, parse_count, scope, shown
 from kdiv.worker.web.shapes import changefeed_partition_json, partition_json, recovering_partition_json
@@ -25,7 +26,7 @@ async def partition_view(site: Site, request: Request, topic: str, partition: st
     if here is not None:
         return Answer(here)
     owner = site.peers.owner_of(topic, number)
-    me = URL(str(site.app.conf.canonical_url))
+    me = URL(site.worker.canonical_url)
     if owner is not None and (owner.host, owner.port) != (me.host, me.port) and asked_scope != LOCAL:
         answer = await site.peers.ask(owner, request)
         if answer.refused is not None:
@@ -42,33 +43,33 @@ async def partition_view(site: Site, request: Request, topic: str, partition: st
 
 async def changefeeds_view(site: Site, request: Request) -> Answer:
     """TiCDC changefeed topics: rows verified per topic, partition and table, by verdict."""
-    local = site.worker.changefeeds.table_counts(request.query.get("topic"), request.query.get("table"))
+    local = site.worker.changefeed_tables(request.query.get("topic"), request.query.get("table"))
     return Answer(await site.peers.gather(request, local))
 
 
-def partition_state(worker, topic: str, partition: int) -> dict | None:
+def partition_state(worker: WorkerReadModel, topic: str, partition: int) -> dict | None:
     """This worker's view of one partition: its state, or that it is recovering here
     (assigned, state not loaded yet); None when this worker has neither."""
-    part = worker.live.validator.partitions.get((topic, partition))
+    part = worker.partition_state(topic, partition)
     if part is not None:
         return partition_json(worker, topic, partition, part)
     if (topic, partition) in worker.assigned_partitions():
-        if topic in worker.changefeed_topics:
+        if worker.is_changefeed(topic):
             return changefeed_partition_json(worker, topic, partition)
         return recovering_partition_json(worker, topic, partition)
     return None
 
 
-def partitions(worker, request: Request) -> list[dict]:
+def partitions(worker: WorkerReadModel, request: Request) -> list[dict]:
     """This worker's partitions: those with state, and those assigned and recovering."""
     topic = request.query.get("topic")
-    loaded = worker.live.validator.partitions
+    loaded = worker.partition_states()
     listed = sorted(set(loaded) | set(worker.assigned_partitions()))
     return [
         partition_json(worker, t, p, loaded[(t, p)])
         if (t, p) in loaded
         else changefeed_partition_json(worker, t, p)
-        if t in worker.changefeed_topics
+        if worker.is_changefeed(t)
         else recovering_partition_json(worker, t, p)
         for t, p in listed
         if topic is None or t == topic

@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 from faust.web import Request
 
-from kdiv.div.segment import Segment, SegmentStatus, as_segment, status_of
+from kdiv.div.segment import SegmentStatus, as_segment, status_of
+from kdiv.worker.readmodel import ProducerState, WorkerReadModel
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.params import LOCAL, MAX_PAGE, BadRequest, int_param, producers_cursor, scope, shown
 from kdiv.worker.web.shapes import cursor_of, faults_by_producer, producer_json
@@ -51,7 +52,7 @@ async def producer_view(site: Site, request: Request, guid: str) -> Answer:
     return Answer(answer)
 
 
-def producer_page(worker, request: Request) -> dict:
+def producer_page(worker: WorkerReadModel, request: Request) -> dict:
     """One page of this worker's producers matching the request's filters, in (topic,
     partition, GUID) order, after the request's cursor; `total` counts all that match.
 
@@ -62,11 +63,11 @@ def producer_page(worker, request: Request) -> dict:
     filters = producer_filters(request)
     wanted = None if filters.status is None else SegmentStatus[filters.status]
     total = 0
-    page: list[tuple[str, int, bytes, Segment | bytes]] = []
-    for (t, p), part in sorted(worker.live.validator.partitions.items()):
+    page: list[tuple[str, int, bytes, ProducerState]] = []
+    for t, p in worker.partition_states():
         if not filters.take(t, p):
             continue
-        segments = part.tracker.segments
+        segments = worker.producers_of(t, p)
         matching = segments.keys() if wanted is None else [g for g, s in segments.items() if status_of(s) is wanted]
         total += len(matching)
         if cursor is not None and (t, p) < cursor[:2]:
@@ -77,7 +78,7 @@ def producer_page(worker, request: Request) -> dict:
         if need > 0:
             candidates = matching if after is None else (g for g in matching if g > after)
             page.extend((t, p, g, segments[g]) for g in heapq.nsmallest(need, candidates))
-    faults = faults_by_producer(worker.recent.newest_first()) if page else {}
+    faults = faults_by_producer(worker.recent_incidents()) if page else {}
     items = [producer_json(t, p, g, as_segment(state), faults.get((t, p, g.hex()))) for t, p, g, state in page[:limit]]
     return {
         "items": items,
@@ -87,7 +88,7 @@ def producer_page(worker, request: Request) -> dict:
     }
 
 
-def producers(worker, request: Request, guid: str | None = None) -> list[dict]:
+def producers(worker: WorkerReadModel, request: Request, guid: str | None = None) -> list[dict]:
     """This worker's producers matching the request's filters."""
     filters = producer_filters(request)
     if guid is not None:
@@ -96,11 +97,11 @@ def producers(worker, request: Request, guid: str | None = None) -> list[dict]:
         except ValueError:
             raise BadRequest(f"producer {shown(guid)} is not a hex GUID") from None
     items = []
-    faults = faults_by_producer(worker.recent.newest_first())
-    for (t, p), part in sorted(worker.live.validator.partitions.items()):
+    faults = faults_by_producer(worker.recent_incidents())
+    for t, p in worker.partition_states():
         if not filters.take(t, p):
             continue
-        segments = part.tracker.segments
+        segments = worker.producers_of(t, p)
         listed = segments.items() if guid is None else [(wanted, segments[wanted])] if wanted in segments else []
         for g, state in listed:
             segment = as_segment(state)

@@ -97,7 +97,7 @@ def report_url(reports: Path | None, run: str | None) -> str | None:
 async def report_view(site: Site, request: Request, run: str) -> Answer:
     """A reconciliation run's report.html."""
     try:
-        page = read_report(site.worker.settings.reconcile_reports, run)
+        page = read_report(site.worker.reconcile_reports, run)
     except OSError as failed:
         return Answer.error(404, f"the reconciliation report of run {shown(run)} cannot be read: {failed.strerror}")
     except ValueError as bad:

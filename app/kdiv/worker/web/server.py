@@ -10,7 +10,9 @@ from typing import NamedTuple
 from aiohttp import web
 from yarl import URL
 
+from kdiv.config.settings import Settings
 from kdiv.worker.faustcompat.webserver import bound_web_server
+from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.web.audit import routes_view
 from kdiv.worker.web.handlers import Handler, Site, view_class
 from kdiv.worker.web.incidents import incidents_view
@@ -77,9 +79,8 @@ async def json_errors(request, handler):
         )
 
 
-def register_views(app, worker) -> Site:
-    """Serve the views on the app's web server."""
-    settings = worker.settings
+def register_views(app, settings: Settings, worker: WorkerReadModel) -> Site:
+    """Serve the views of `worker` on the app's web server."""
     site = Site(app, worker, Peers(app, settings.web_token, settings.web_peers))
     advertised = URL(str(app.conf.canonical_url))
     web_app = app.web.web_app

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kdiv.clock import iso_utc
 from kdiv.div.wire import ChecksumType
+from kdiv.worker.readmodel import PartitionState, WorkerReadModel
 
 
 @dataclass(slots=True)
@@ -62,26 +63,26 @@ def producer_json(topic: str, partition: int, guid: bytes, segment, faults: Prod
     }
 
 
-def changefeed_partition_json(worker, topic: str, partition: int) -> dict:
+def changefeed_partition_json(worker: WorkerReadModel, topic: str, partition: int) -> dict:
     """A changefeed partition assigned here: verified by row checksum, so no DIV state
     (phase, producers); `records` and `counts` are the rows this worker verified since it started."""
-    changefeeds = worker.changefeeds
+    changefeed = worker.changefeed_partition(topic, partition)
     return {
         "topic": topic,
         "partition": partition,
         "recovering": False,
         "phase": None,
         "push_failed": None,
-        "last_offset": changefeeds.last_offsets.get((topic, partition)),
-        "records": changefeeds.records[(topic, partition)],
-        "counts": changefeeds.partition_counts(topic, partition),
+        "last_offset": changefeed.last_offset,
+        "records": changefeed.records,
+        "counts": changefeed.counts,
         "producers": None,
         **progress_json(worker, topic, partition),
-        "worker": str(worker.app.conf.canonical_url),
+        "worker": worker.canonical_url,
     }
 
 
-def recovering_partition_json(worker, topic: str, partition: int) -> dict:
+def recovering_partition_json(worker: WorkerReadModel, topic: str, partition: int) -> dict:
     """An assigned partition whose state is still being restored: its owner, no state yet."""
     return {
         "topic": topic,
@@ -94,11 +95,11 @@ def recovering_partition_json(worker, topic: str, partition: int) -> dict:
         "counts": None,
         "producers": None,
         **progress_json(worker, topic, partition),
-        "worker": str(worker.app.conf.canonical_url),
+        "worker": worker.canonical_url,
     }
 
 
-def partition_json(worker, topic: str, partition: int, part) -> dict:
+def partition_json(worker: WorkerReadModel, topic: str, partition: int, part: PartitionState) -> dict:
     """A partition's state, owner and lag as the views show it."""
     return {
         "topic": topic,
@@ -109,16 +110,16 @@ def partition_json(worker, topic: str, partition: int, part) -> dict:
         "last_offset": part.last_offset,
         "records": part.records,
         "counts": {verdict.value: n for verdict, n in part.counts.items()},
-        "producers": len(part.tracker.segments),
+        "producers": part.producers,
         **progress_json(worker, topic, partition),
-        "worker": str(worker.app.conf.canonical_url),
+        "worker": worker.canonical_url,
     }
 
 
-def progress_json(worker, topic: str, partition: int) -> dict:
+def progress_json(worker: WorkerReadModel, topic: str, partition: int) -> dict:
     """A partition's progress against its true log end: lag (records), the oldest unvalidated
     record's age, and since when it is stalled (docs/worker.md#liveness); None: not measured."""
-    measured = worker.progress.of((topic, partition), worker.clock())
+    measured = worker.progress_of(topic, partition)
     if measured is None:
         return {"lag": None, "lag_age_s": None, "stalled_since": None, "stalled_since_ms": None}
     return {

@@ -13,6 +13,7 @@ from faust.web import Request
 from kdiv.clock import iso_utc
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
+from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.report_scope import elsewhere
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.webguard import clipped
@@ -39,22 +40,22 @@ async def reconcile_view(site: Site, request: Request) -> Answer:
     return Answer(body, status)
 
 
-def health(worker) -> tuple[int, dict]:
+def health(worker: WorkerReadModel) -> tuple[int, dict]:
     """Ready, recovering or degraded, with the reasons."""
-    recovery = worker.recovery_status()
-    parts = worker.live.validator.partitions
-    failed = [{"topic": t, "partition": p} for (t, p), part in sorted(parts.items()) if part.push_failed]
+    recovery = worker.recovery()
+    parts = worker.partition_states()
+    failed = [{"topic": t, "partition": p} for (t, p), part in parts.items() if part.push_failed]
     assigned = worker.assigned_partitions()
     # While tables recover, assigned partitions not yet loaded are still being restored;
     # their state loads when recovery completes (or with a record that comes first).
-    restoring = recovery["in_progress"] or not worker.state_schema_ready.is_set()
+    restoring = recovery["in_progress"] or not worker.state_schema_ready()
     loaded = worker.is_loaded
     ready = [{"topic": t, "partition": p} for t, p in assigned if loaded(t, p) or not restoring]
     recovering = [{"topic": t, "partition": p} for t, p in assigned if not loaded(t, p) and restoring]
     # Degraded: serving, but its state is under a subject its readers do not look in.
-    findings = [f.to_json() for f in worker.state_check.open.values()]
-    lookups = worker.lookups
-    waiting = not worker.state_schema_ready.is_set()
+    findings = worker.state_schema_findings()
+    registry = worker.registry()
+    waiting = not worker.state_schema_ready()
     liveness = worker.liveness()
     # Stalled: validation makes no progress where records wait (docs/worker.md#liveness).
     stalled = liveness.is_stalled
@@ -94,15 +95,15 @@ def health(worker) -> tuple[int, dict]:
             "commit_attempts": liveness.commit_attempts,
             "commit_error": liveness.commit_error,
         },
-        "state_load_errors": worker.load_errors_seen,
+        "state_load_errors": worker.load_errors_seen(),
         "state_schema_findings": findings,
         "schema_registry": {
-            "configured": lookups.registry.configured,
-            "url": lookups.registry.url if lookups.registry.configured else None,
-            "state_schema_id": None if waiting else worker.values.schema_id,
-            "available": lookups.available,
-            "last_error": lookups.stats.last_error,
-            "unchecked_records": worker.stats.schema_unchecked_records,
+            "configured": registry.configured,
+            "url": registry.url,
+            "state_schema_id": None if waiting else worker.state_schema_id(),
+            "available": registry.available,
+            "last_error": registry.last_error,
+            "unchecked_records": worker.counters().schema_unchecked_records,
         },
     }
     # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
@@ -110,14 +111,14 @@ def health(worker) -> tuple[int, dict]:
     return (503 if recovery["in_progress"] or waiting or stalled else 200), body
 
 
-def last_reconciliation(worker) -> tuple[int, dict]:
+def last_reconciliation(worker: WorkerReadModel) -> tuple[int, dict]:
     """The summary of the latest run under KDIV_RECONCILE_REPORTS (runs are directories
     named by their snapshot time, so the greatest name is the latest). Not configured, or
     no run yet, is an answer (available: false), not an error. A summary that cannot be read
     or parsed is the reconciliation job's fault, not the worker's: a 502 naming the run (the
     host's paths are for the log, which says it once per file). `elsewhere` says why the run
     is not about the data watched now (another cluster, recreated topics), else null."""
-    reports = worker.settings.reconcile_reports
+    reports = worker.reconcile_reports
     if reports is None:
         return 200, {"available": False, "message": "KDIV_RECONCILE_REPORTS is not set on this worker"}
     runs = sorted(p for p in reports.glob("*/summary.json") if p.is_file()) if reports.is_dir() else []
@@ -133,9 +134,7 @@ def last_reconciliation(worker) -> tuple[int, dict]:
     except ValueError as bad:  # not UTF-8, not JSON, too deep or too large
         problem = str(bad)
     else:
-        scope = elsewhere(
-            summary if isinstance(summary, dict) else {}, worker.cluster.cluster_id, watched_topic_ids(worker)
-        )
+        scope = elsewhere(summary if isinstance(summary, dict) else {}, worker.cluster_id, worker.watched_topic_ids())
         return 200, {"available": True, "run": run, "summary": summary, "elsewhere": scope}
     _BROKEN_SUMMARIES.log_once(latest, problem)
     return 502, {
@@ -169,9 +168,3 @@ class _OncePerFile:
 
 
 _BROKEN_SUMMARIES = _OncePerFile()
-
-
-def watched_topic_ids(worker) -> dict[str, str]:
-    """The ids of the watched topics this worker has seen, as its partitions last saw them."""
-    parts = worker.live.validator.partitions
-    return {topic: part.topic_id for (topic, _), part in sorted(parts.items()) if part.topic_id is not None}
