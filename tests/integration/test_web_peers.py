@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from kdiv.worker.webauth import (
+from kdiv.worker.web.auth import (
     PEER_NONCE,
     PEER_SIGNATURE,
     PEER_TIME,

@@ -9,8 +9,8 @@ from collections import deque
 import pytest
 from yarl import URL
 
-from kdiv.worker.nonces import SpentNonces
-from kdiv.worker.webauth import PEER_NONCE, PEER_SIGNATURE, PEER_TIME, SignedRequests, peer_target, request_signature
+from kdiv.worker.web.auth import PEER_NONCE, PEER_SIGNATURE, PEER_TIME, SignedRequests, peer_target, request_signature
+from kdiv.worker.web.nonces import SpentNonces
 
 TOKEN = "s3cret-token"
 ORIGIN = URL("http://kdiv-worker-1:6066")
@@ -65,7 +65,7 @@ def test_the_store_is_bounded_and_refuses_rather_than_forgets(caplog):
     accepted = [signed_headers(clock.ms, nonce(n)) for n in range(100)]
     for headers in accepted:
         assert signed.check("GET", "/producers?scope=local", headers, b"") is not None
-    with caplog.at_level(logging.WARNING, logger="kdiv.worker.webauth"):
+    with caplog.at_level(logging.WARNING, logger="kdiv.worker.web.auth"):
         for n in range(100, 110):
             assert signed.check("GET", "/producers?scope=local", signed_headers(clock.ms, nonce(n)), b"") is None
     assert len([r for r in caplog.records if "are kept, the most kept" in r.getMessage()]) == 1  # not one each

@@ -1,11 +1,11 @@
 """Which connection a new one takes the place of at the cap, and which client faults are
-logged on their own and which as a count (kdiv.worker.webbounds, pure)."""
+logged on their own and which as a count (kdiv.worker.web.bounds, pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kdiv.worker.webbounds import (
+from kdiv.worker.web.bounds import (
     EVICTED,
     HEADER_TIMEOUT,
     MALFORMED,

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from kdiv.worker.web.guard import ECHO_LIMIT, clipped, echoed, split_host
 from kdiv.worker.web.pages import dashboard_page
 from kdiv.worker.web.params import BadRequest, parse_count, query_problem
 from kdiv.worker.web.reports import read_report, report_identity, report_url
 from kdiv.worker.web.status import last_reconciliation
-from kdiv.worker.webguard import ECHO_LIMIT, clipped, echoed, split_host
 
 RUN = "20261124T000000Z"
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from kdiv.worker.faustcompat.webserver import BoundedRunner, ClientGuard
-from kdiv.worker.webbounds import WebBounds
+from kdiv.worker.web.bounds import WebBounds
 
 HEADER_TIMEOUT = 0.5
 

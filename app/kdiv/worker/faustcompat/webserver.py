@@ -1,4 +1,4 @@
-"""The worker's web server with bounds on what a client may hold (`kdiv.worker.webbounds`):
+"""The worker's web server with bounds on what a client may hold (`kdiv.worker.web.bounds`):
 Faust's aiohttp runner replaced by one whose connections are `BoundedRequestHandler`s.
 
 aiohttp has an idle timeout (its keep-alive timeout, which also runs from a connection's
@@ -8,9 +8,9 @@ connections, and it logs every malformed request with a traceback at ERROR. Here
 - a request head must be whole within the header timeout of its first byte, else the
   client gets a 408 and the connection is closed;
 - at the cap a new connection takes the place of the oldest one without a request under
-  way, or gets a 503 and is closed when all are answering (`webbounds.ConnectionTable`);
+  way, or gets a 503 and is closed when all are answering (`bounds.ConnectionTable`);
 - malformed requests, header timeouts and connections closed at the cap are logged one
-  short WARNING line for the first of each kind, then as counts (`webbounds.FaultTally`).
+  short WARNING line for the first of each kind, then as counts (`bounds.FaultTally`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
-from kdiv.worker.webbounds import (
+from kdiv.worker.web.bounds import (
     EVICTED,
     HEADER_TIMEOUT,
     MALFORMED,
@@ -36,7 +36,7 @@ from kdiv.worker.webbounds import (
     WebBounds,
     descriptor_shortage,
 )
-from kdiv.worker.webguard import clipped
+from kdiv.worker.web.guard import clipped
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from importlib import resources
 
 from faust.web import Request
 
+from kdiv.worker.web.guard import page_policy
 from kdiv.worker.web.handlers import Answer, Site
 from kdiv.worker.web.incidents import INCIDENT_CLASSES
-from kdiv.worker.webguard import page_policy
 
 DASHBOARD_PATH = "/ui/"
 
@@ -28,7 +28,7 @@ def dashboard_page() -> str:
 
 
 def page_policies() -> dict[str, str]:
-    """The Content-Security-Policy of each HTML page, by path (`webguard.security_headers`)."""
+    """The Content-Security-Policy of each HTML page, by path (`guard.security_headers`)."""
     return {DASHBOARD_PATH: page_policy(dashboard_page())}
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 from faust.web import Request
 
-from kdiv.worker.webguard import clipped, echoed
+from kdiv.worker.web.guard import clipped, echoed
 
 LOCAL = "local"
 SCOPES = (LOCAL,)

@@ -3,7 +3,7 @@ and for their items of a list view, merged with this worker's.
 
 A worker is asked at the URL it advertises in the group's assignment metadata, which anyone
 who can join the group can set: so with a token requests and answers are signed
-(`kdiv.worker.webauth`), an answer is read up to MAX_PEER_ANSWER bytes and taken only when
+(`kdiv.worker.web.auth`), an answer is read up to MAX_PEER_ANSWER bytes and taken only when
 signed and JSON, and `KDIV_WEB_PEERS` may narrow who is asked at all.
 """
 
@@ -20,10 +20,10 @@ from yarl import URL
 
 from kdiv.untrusted import parse_json
 from kdiv.worker.faustcompat.internals import peer_topics
+from kdiv.worker.web.auth import answer_is_signed, sign_request
+from kdiv.worker.web.guard import clipped, matches
 from kdiv.worker.web.params import LOCAL, scope
 from kdiv.worker.web.shapes import cursor_of
-from kdiv.worker.webauth import answer_is_signed, sign_request
-from kdiv.worker.webguard import clipped, matches
 
 log = logging.getLogger("kdiv.views")
 

@@ -108,7 +108,7 @@ async def report_view(site: Site, request: Request, run: str) -> Answer:
 
 
 async def report_policy(request: web.Request, response: web.StreamResponse) -> None:
-    """An on_response_prepare handler, after `webguard.security_headers`: a report's own
+    """An on_response_prepare handler, after `guard.security_headers`: a report's own
     inline CSS is allowed, and nothing else."""
     route = request.match_info.route
     if response.status == 200 and route.resource is not None and route.resource.canonical == REPORT:

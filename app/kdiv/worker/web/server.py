@@ -14,6 +14,9 @@ from kdiv.config.settings import Settings
 from kdiv.worker.faustcompat.webserver import bound_web_server
 from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.web.audit import routes_view
+from kdiv.worker.web.auth import SignedRequests, authentication_middleware, sign_answer
+from kdiv.worker.web.bounds import WebBounds
+from kdiv.worker.web.guard import allowed_host_names, clipped, host_check_middleware, security_headers
 from kdiv.worker.web.handlers import Handler, Site, view_class
 from kdiv.worker.web.incidents import incidents_view
 from kdiv.worker.web.overview import OVERVIEW_PARAMETERS, overview_view
@@ -24,9 +27,6 @@ from kdiv.worker.web.peers import Peers
 from kdiv.worker.web.producers import producer_view, producers_view
 from kdiv.worker.web.reports import REPORT, report_policy, report_view
 from kdiv.worker.web.status import health_view, metrics_view, reconcile_view
-from kdiv.worker.webauth import SignedRequests, authentication_middleware, sign_answer
-from kdiv.worker.webbounds import WebBounds
-from kdiv.worker.webguard import allowed_host_names, clipped, host_check_middleware, security_headers
 
 
 class Route(NamedTuple):

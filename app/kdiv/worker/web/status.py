@@ -15,8 +15,8 @@ from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
 from kdiv.worker.readmodel import WorkerReadModel
 from kdiv.worker.report_scope import elsewhere
+from kdiv.worker.web.guard import clipped
 from kdiv.worker.web.handlers import Answer, Site
-from kdiv.worker.webguard import clipped
 
 log = logging.getLogger(__name__)
 # The largest summary.json read (one holds counts and per-topic figures, not records).

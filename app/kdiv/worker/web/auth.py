@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 from yarl import URL
 
-from kdiv.worker.nonces import MAX_SPENT_NONCES, SpentNonces
-from kdiv.worker.webguard import clipped
+from kdiv.worker.web.guard import clipped
+from kdiv.worker.web.nonces import MAX_SPENT_NONCES, SpentNonces
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The nonces of peers' signed requests already taken (`kdiv.worker.webauth`): each kept while
+"""The nonces of peers' signed requests already taken (`kdiv.worker.web.auth`): each kept while
 its request's time is inside the window, so a replay within the window is refused.
 
 Checking one costs O(1) amortised: the nonces are in a dict, and in a queue in the order they
