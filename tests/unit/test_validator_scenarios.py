@@ -406,3 +406,24 @@ def test_producers_are_independent_within_a_partition():
         records += log.add_outgoing(b.data("t", 0, b"b", b"%d" % i, NOW))
     records += log.add_outgoing(a.end_segment("t", 0, True, NOW)) + log.add_outgoing(b.end_segment("t", 0, True, NOW))
     assert set(verdicts(validator(PUSH), records)) == {"OK"}
+
+
+@pytest.mark.parametrize("semantics", [Semantics.EXACT, Semantics.VENICE])
+def test_a_producer_clock_far_ahead_expires_no_other_producer_under_the_exact_semantics(semantics):
+    """One producer stamping 2^60 (or microseconds): Venice anchors expiry at it and forgets
+    every other producer of the partition two checkpoints later; the exact semantics anchors
+    only at timestamps no further ahead of the validation's time than maxAge."""
+    week = 7 * 24 * 3600 * 1000
+    for far_ahead in (2**60, NOW * 1000):
+        log = Log()
+        v = DataIntegrityValidator(semantics=semantics, max_age_ms=week)
+        verdicts(v, log.add_outgoing(DivStamper(GUID_A).data("t", 0, b"k", b"v", NOW)))
+        verdicts(v, log.add_outgoing(DivStamper(GUID_B).data("t", 0, b"k", b"v", far_ahead)))
+        expired = [guid for _ in range(3) for guid in v.checkpoint("t", 0).expired]
+        assert expired == ([] if semantics is Semantics.EXACT else [GUID_A]), far_ahead
+    # Credible clocks still expire, as Venice's rule says.
+    log = Log()
+    v = DataIntegrityValidator(semantics=Semantics.EXACT, max_age_ms=week)
+    verdicts(v, log.add_outgoing(DivStamper(GUID_A).data("t", 0, b"k", b"v", NOW - 2 * week)))
+    verdicts(v, log.add_outgoing(DivStamper(GUID_B).data("t", 0, b"k", b"v", NOW)))
+    assert [guid for _ in range(3) for guid in v.checkpoint("t", 0).expired] == [GUID_A]

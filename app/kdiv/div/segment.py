@@ -275,10 +275,16 @@ def last_producer_ts(state: Segment | bytes) -> int:
     return state.last_producer_ts
 
 
-def latest_producer_ts(states: ProducerStates) -> int:
-    """The latest last producer timestamp of a partition's producers (-1: none)."""
+def latest_producer_ts(states: ProducerStates, at_most: int | None = None) -> int:
+    """The latest last producer timestamp of a partition's producers (-1: none); with
+    `at_most`, the latest of those not past it."""
     packed = states.packed_field(_PACKED_TS, _PACKED_TS_AT)
-    return max(max(packed, default=-1), max((s.last_producer_ts for s in states.active.values()), default=-1))
+    active = (s.last_producer_ts for s in states.active.values())
+    if at_most is None:
+        return max(max(packed, default=-1), max(active, default=-1))
+    return max(
+        max((t for t in packed if t <= at_most), default=-1), max((t for t in active if t <= at_most), default=-1)
+    )
 
 
 def last_offsets(states: ProducerStates) -> list[tuple[int, bytes]]:

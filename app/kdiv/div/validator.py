@@ -174,6 +174,9 @@ class DataIntegrityValidator:
         self.max_producers = max_producers
         self._exact = semantics is Semantics.EXACT
         self.window = window if self._exact else 0
+        # The latest validation time seen (`now_ms`): under the exact semantics, producer
+        # timestamps further ahead of it than maxAge anchor no expiry (`checkpoint`).
+        self._validated_at_ms = -1
         self._policy = policy
         self._policies: dict[str, TopicPolicy] = {}
         self._start_in_push = start_in_push
@@ -221,6 +224,8 @@ class DataIntegrityValidator:
 
     def validate_scanned(self, record: ConsumedRecord, now_ms: int, found: int, raw: bytes | None) -> ValidationResult:
         """`validate`, for a caller that already scanned the headers (`scan_div_header`)."""
+        if now_ms > self._validated_at_ms:
+            self._validated_at_ms = now_ms
         # Fast path: an intact in-order DATA record of a known producer, read straight from
         # the header bytes. Anything else takes the full path below.
         if found == 1 and raw is not None and len(raw) == COMMON_SIZE:
@@ -284,6 +289,8 @@ class DataIntegrityValidator:
         under its key (None for a DIV control record), from the header fields and CRC the
         validation read: a ledger entry costs no second header scan or CRC.
         """
+        if now_ms > self._validated_at_ms:
+            self._validated_at_ms = now_ms
         part = self.partition(topic, partition)
         accept_in_order = part.tracker.accept_in_order
         last = part.last_offset
@@ -636,7 +643,11 @@ class DataIntegrityValidator:
         """Producer states to persist now, after dropping those expired by maxAge.
 
         Expiry is data-relative, as in Venice: a producer is kept iff its last producer
-        timestamp is >= (latest timestamp saved at the previous checkpoint) - maxAge.
+        timestamp is >= (latest timestamp saved at the previous checkpoint) - maxAge. Under
+        the exact semantics the latest timestamp is that of the producers whose clocks are
+        credible: not further ahead of the validation's time than maxAge. One record stamped
+        2^60 (or in microseconds) would otherwise expire every other producer of its
+        partition at the next checkpoint but one; Venice's rule keeps that weakness.
         """
         part = self.partition(topic, partition)
         part.tracker.pack_idle()
@@ -648,7 +659,10 @@ class DataIntegrityValidator:
             expired = sorted(guid for guid, s in segments.items() if last_producer_ts(s) < threshold)
             for guid in expired:
                 del segments[guid]
-        part.checkpoint_anchor_ms = latest_producer_ts(segments)
+        credible = None
+        if self._exact and self.max_age_ms != DISABLED and self._validated_at_ms >= 0:
+            credible = self._validated_at_ms + self.max_age_ms
+        part.checkpoint_anchor_ms = latest_producer_ts(segments, at_most=credible)
         return Checkpoint(upserts=segments.copy(), expired=tuple(expired))
 
 
