@@ -211,9 +211,12 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
         assert set(held) | set(lost) == set(range(200)), held
 
         path = tmp_path / f"{topic}.jsonl"
-        dumped = CliRunner().invoke(main, ["dump", topic, "--bootstrap", survivors, "-o", str(path)])
+        # The CLI runs its own event loop: off this test's.
+        dumped = await asyncio.to_thread(
+            CliRunner().invoke, main, ["dump", topic, "--bootstrap", survivors, "-o", str(path)]
+        )
         assert dumped.exit_code == 0, dumped.output
-        checked = CliRunner().invoke(main, ["check", str(path)])
+        checked = await asyncio.to_thread(CliRunner().invoke, main, ["check", str(path)])
         assert checked.exit_code == 1, checked.stderr
         n = len(held)
         assert f"{n} records (OK {n - 1}, MISSING 1); 1 faults, 0 fatal" in checked.stderr, checked.stderr
