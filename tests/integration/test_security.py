@@ -20,16 +20,16 @@ from cryptography.hazmat.primitives import serialization
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from kdiv import writer
 from kdiv.cli import main as kdiv
 from kdiv.config.security import KafkaSecurity
 from kdiv.config.settings import Settings, SettingsError
 from kdiv.dev import demo
-from kdiv.kafka import consume, discovery, tansu
+from kdiv.kafka import consume, discovery, produce, tansu
 from kdiv.kafka.discovery import ClusterView, WatchedTopic
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.service import build_app
 from kdiv.worker.web.incidents_reader import incidents_consumer
+from kdiv.writer.confluent import producer_settings
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +262,7 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
     consumer = incidents_consumer(settings)
     admin = discovery.admin_client(settings)
     reader = consume.standalone_consumer(settings.bootstrap, security=security)
-    producer = writer.new_producer(settings.bootstrap, security=security)
+    producer = produce.new_producer(settings.bootstrap, security=security)
     demo_admin = demo.admin_client(settings.bootstrap, security)
     detector = tansu.detection_client(settings.bootstrap, security)
     built = {
@@ -274,6 +274,10 @@ async def test_every_kafka_client_kdiv_builds_gets_the_settings(pki, tmp_path):
         "broker detection": detector,
     }
     assert {name: _client_config(client) for name, client in built.items()} == dict.fromkeys(built, expected)
+    # The confluent_kafka writer's Producer (librdkafka): the same settings, as its properties.
+    confluent = producer_settings(settings.bootstrap, security=security)
+    assert {k: confluent[k] for k in security.librdkafka_config()} == security.librdkafka_config()
+    assert (confluent["security.protocol"], confluent["sasl.username"]) == ("SASL_SSL", "kdiv")
 
     # Faust: what its aiokafka driver hands its consumer, and its producer's own settings.
     assert isinstance(app.conf.broker_credentials, SASLCredentials)

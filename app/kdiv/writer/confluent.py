@@ -35,6 +35,7 @@ except ImportError as missing:  # the base install is aiokafka's writer only
     raise ImportError("kdiv.writer.confluent needs confluent-kafka: pip install 'kdiv[confluent]'") from missing
 
 from kdiv.clock import wall_clock_ms
+from kdiv.config.security import PLAINTEXT, KafkaSecurity
 from kdiv.div.stamper import DISABLED, OutgoingRecord, StamperCheckpoint
 from kdiv.div.wire import ChecksumType, Kind
 from kdiv.trace.sampling import Sampler, SamplingSpec
@@ -51,6 +52,16 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "linger.ms": 5,
     "partitioner": "murmur2_random",
 }
+
+
+def producer_settings(
+    bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A writer's Producer configuration: `DEFAULT_CONFIG`, the cluster's security settings
+    (as kdiv's other clients get them), then `extra`."""
+    return {**DEFAULT_CONFIG, **security.librdkafka_config(), "bootstrap.servers": bootstrap_servers, **(extra or {})}
+
+
 # How many failed records a DeliveryFailed names (it counts them all).
 _FAILURES_NAMED = 10
 
@@ -122,11 +133,16 @@ class ConfluentDivWriter:
 
     @classmethod
     def start(
-        cls, bootstrap_servers: str, *, producer_config: dict[str, Any] | None = None, **writer_options: Any
+        cls,
+        bootstrap_servers: str,
+        *,
+        security: KafkaSecurity = PLAINTEXT,
+        producer_config: dict[str, Any] | None = None,
+        **writer_options: Any,
     ) -> ConfluentDivWriter:
-        """A writer with a Producer of its own (`DEFAULT_CONFIG`, then `producer_config`);
-        `close()` flushes it."""
-        config = {**DEFAULT_CONFIG, "bootstrap.servers": bootstrap_servers, **(producer_config or {})}
+        """A writer with a Producer of its own (`DEFAULT_CONFIG`, the cluster's `security`, then
+        `producer_config`); `close()` flushes it."""
+        config = producer_settings(bootstrap_servers, security=security, extra=producer_config)
         if not _truthy(config.get("enable.idempotence")):
             in_flight = int(config.get("max.in.flight.requests.per.connection", config.get("max.in.flight", 1)))
             config.setdefault("max.in.flight.requests.per.connection", in_flight)
