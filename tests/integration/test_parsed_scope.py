@@ -37,7 +37,7 @@ class _Collector:
             self.all_in.set()
         return False
 
-    def on_flushed(self, offsets: Mapping[TP, int]) -> None:
+    def on_flushed(self, offsets: Mapping[tuple[str, int], int]) -> None:
         return None
 
     def forget_offsets(self, keys: Sequence[tuple[str, int]]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
+from kdiv.div.wire import Kind
 from kdiv.state.values import StateValues
 from kdiv.worker import divtopics
 from kdiv.worker.divtopics import DivTopics
@@ -119,3 +120,17 @@ def test_slices_quicker_than_the_bound_run_on_without_a_turn(monkeypatch):
 
     asyncio.run(run())
     assert all(producers in (0, len(records) // 2) for producers in turns), turns
+
+
+def test_a_push_marker_first_in_a_batch_waits_for_what_came_before_it_to_commit():
+    """Records of a previous batch still pending, a fetch opening with a push marker: the
+    marker is judged only after they are written, whatever its place in the batch."""
+    live, touched = new_live(), []
+    stamper = DivStamper(random.Random(5).randbytes(16))
+    log = Log("orders")
+    before = log.add_outgoing(stamper.data("orders", 0, b"k", b"v", NOW))
+    path = new_div_topics(live, touched)
+    assert asyncio.run(path.take(("orders", 0), before, 0, NOW)).stopped_at is None
+    marker = log.add_outgoing(stamper.control("orders", 0, Kind.START_OF_PUSH, NOW))
+    taken = asyncio.run(path.take(("orders", 0), marker, 0, NOW))
+    assert (taken.stopped_at, taken.commit_first) == (0, True)

@@ -86,18 +86,15 @@ class DivTopics:
     def load(self, keys: Collection[Key]) -> None:
         """Install the partitions' saved state, one pass over each table partition's RocksDB
         (topics with the same partition count share a table)."""
-        wanted: dict[tuple[str, int], set[Key]] = {}
+        # (partition count: the table, partition) -> the partitions of its topics to load.
+        wanted: dict[tuple[int, int], set[Key]] = {}
         for key in keys:
             if not self.live.is_loaded(*key):
-                wanted.setdefault((self._table_of(key[0]), key[1]), set()).add(key)
-        for (topic, partition), keys_there in sorted(wanted.items()):
-            self.live.load_many(keys_there, partition_items(self.tables[topic], partition))
-            self._count_load_errors(self.partition_counts[topic])
-
-    def _table_of(self, topic: str) -> str:
-        """A topic standing for its table (the first topic with its partition count)."""
-        count = self.partition_counts[topic]
-        return min(t for t, n in self.partition_counts.items() if n == count)
+                wanted.setdefault((self.partition_counts[key[0]], key[1]), set()).add(key)
+        for (count, partition), keys_there in sorted(wanted.items()):
+            table = self.tables[next(iter(keys_there))[0]]
+            self.live.load_many(keys_there, partition_items(table, partition))
+            self._count_load_errors(count)
 
     def _count_load_errors(self, partition_count: int) -> None:
         errors = self.live.load_errors
@@ -136,7 +133,6 @@ class DivTopics:
         watch = self._watch_of(key)
         results: list[ValidationResult] = []
         i, end = start, len(records)
-        first = True
         turn = time.monotonic()
         while i < end:
             stop = min(end, i + SLICE_RECORDS)
@@ -155,11 +151,11 @@ class DivTopics:
             # A re-delivery or a push marker, one by one.
             record = consumed(topic, partition, records[i])
             scanned = scan_div_header(record.headers)
-            if not (first and i == start) and live.opens_unit(record, scanned):
-                # A push marker: what came before it is written before it is judged.
+            if live.opens_unit(record, scanned):
+                # A push marker: what came before it is written before it is judged (that
+                # commit leaves the partition clean, so taken again from here it goes on).
                 self.unit.touch(key)
                 return Taken(stopped_at=i, commit_first=True)
-            first = False
             result = live.process(record, now_ms, scanned)
             if result is not None:
                 results.append(result)

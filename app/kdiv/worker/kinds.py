@@ -19,7 +19,7 @@ table).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -154,11 +154,8 @@ class ObservationTopics:
     def load(self, keys: Collection[Key]) -> None:
         for _topic, partition in sorted(keys):
             if partition not in self.audit.judges:
-                loaded = self.audit.load(partition, self._items(partition))
+                loaded = self.audit.load(partition, partition_items(self.trace_table, partition))
                 log.info("pipeline audit: %d open traces loaded for observations partition %d", loaded, partition)
-
-    def _items(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
-        return partition_items(self.trace_table, partition)
 
     async def take(self, key: Key, records: Sequence, start: int, now_ms: int) -> Taken:
         self.audit.receive(key[1], records[start:] if start else records, now_ms)

@@ -386,10 +386,12 @@ class ValidationWorker:
             stall_ms=progress.stall_ms,
         )
 
-    def on_flushed(self, offsets: Mapping[TP, int]) -> None:
+    def on_flushed(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Every record before these offsets is validated and written (progress); keyed by
+        (topic, partition), as a TP is."""
         now = self.clock()
-        for tp, offset in offsets.items():
-            self.progress.validated((tp.topic, tp.partition), offset, now)
+        for (topic, partition), offset in offsets.items():
+            self.progress.validated((topic, partition), offset, now)
 
     def is_loaded(self, topic: str, partition: int) -> bool:
         """True once a partition can be judged here: its saved state installed, or, for a
@@ -424,9 +426,7 @@ class ValidationWorker:
     async def flush(self) -> dict[tuple[str, int], int]:
         """Write what is pending; the offsets that may commit now (progress is told them)."""
         offsets = await self.batches.flush()
-        now = self.clock()
-        for key, offset in offsets.items():
-            self.progress.validated(key, offset, now)
+        self.on_flushed(offsets)
         return offsets
 
     def forget_offsets(self, keys: Sequence[tuple[str, int]]) -> None:

@@ -59,7 +59,7 @@ class SourceBatchHandler(Protocol):
         """The partitions were moved (a seek): nothing taken before may commit."""
         ...
 
-    def on_flushed(self, offsets: Mapping[TP, int]) -> None:
+    def on_flushed(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Every record before these offsets counts as validated and written (a partition
         resumed where its saved state ends, with nothing to read before it)."""
         ...
@@ -242,7 +242,7 @@ class BatchDrainConsumer:
         self._offsets("_kdiv_flushed").update(offsets)
         handler = self.batch_handler
         if handler is not None:
-            handler.on_flushed(offsets)
+            handler.on_flushed({(tp.topic, tp.partition): offset for tp, offset in offsets.items()})
 
     def forget_batches(self, tps) -> None:
         """After a seek: what was processed or flushed before it counts for nothing."""
