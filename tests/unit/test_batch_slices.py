@@ -31,11 +31,14 @@ def stand_in(**attributes: Any) -> Any:
     return SimpleNamespace(**attributes)
 
 
-def new_div_topics(live: LiveValidation, touched: list) -> DivTopics:
+def new_div_topics(live: LiveValidation, touched: list, reported: list | None = None) -> DivTopics:
     none = stand_in
     return DivTopics(
         live=live,
-        unit=none(touch=touched.append, add_incidents=lambda key, incidents: None),
+        unit=none(
+            touch=touched.append,
+            add_incidents=lambda key, incidents: (reported if reported is not None else []).extend(incidents),
+        ),
         runs=none(producers_in_runs=lambda topic, partition: set()),
         stats=none(),
         clock=lambda: NOW,
@@ -134,3 +137,18 @@ def test_a_push_marker_first_in_a_batch_waits_for_what_came_before_it_to_commit(
     marker = log.add_outgoing(stamper.control("orders", 0, Kind.START_OF_PUSH, NOW))
     taken = asyncio.run(path.take(("orders", 0), marker, 0, NOW))
     assert (taken.stopped_at, taken.commit_first) == (0, True)
+
+
+def test_a_fault_judged_one_by_one_last_in_a_fetch_is_reported():
+    """A broken header whose kind byte reads as a push marker leaves the bulk path and is
+    judged on its own; last in its fetch, its MALFORMED incident is still added to the unit
+    (it was dropped with the fetch's end)."""
+    live, touched, reported = new_live(), [], []
+    stamper = DivStamper(random.Random(6).randbytes(16))
+    log = Log("orders")
+    records = log.add_outgoing(stamper.data("orders", 0, b"k", b"v", NOW))
+    broken = bytes([0x71, int(Kind.END_OF_PUSH)]) + random.Random(7).randbytes(33)
+    records.append(log.add(b"k2", b"v2", (("div", broken),)))
+    path = new_div_topics(live, touched, reported)
+    assert asyncio.run(path.take(("orders", 0), records, 0, NOW)).stopped_at is None
+    assert [(i.verdict, i.offset) for i in reported] == [("MALFORMED", records[-1].offset)]

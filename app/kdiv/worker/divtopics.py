@@ -159,6 +159,7 @@ class DivTopics:
             result = live.process(record, now_ms, scanned)
             if result is not None:
                 results.append(result)
+                self._observe(key, results, now_ms)  # the batch may end here
             i += 1
         self.unit.touch(key)
         return ALL_TAKEN
