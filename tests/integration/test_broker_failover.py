@@ -113,17 +113,22 @@ def worker_for(bootstrap: str, topic: str, tmp_path, web_port: int | None = None
     )
 
 
-async def records_validated(worker: WorkerProcess, topic: str, partition: int) -> int:
-    """What the worker's metrics say it has validated of a partition (committed or not)."""
+async def partition_metric(worker: WorkerProcess, name: str, topic: str, partition: int) -> int | None:
+    """One partition's value of a metric of the worker's /metrics (None: not given)."""
     async with (
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
         session.get(f"{worker.url}/metrics") as response,
     ):
         text = await response.text()
-    for labels, value in re.findall(r"^kdiv_records_validated_total\{(.*)\} (\S+)$", text, re.MULTILINE):
+    for labels, value in re.findall(rf"^{name}\{{(.*)\}} (\S+)$", text, re.MULTILINE):
         if f'topic="{topic}"' in labels and f'partition="{partition}"' in labels:
             return int(float(value))
-    return 0
+    return None
+
+
+async def records_validated(worker: WorkerProcess, topic: str, partition: int) -> int:
+    """What the worker's metrics say it has validated of a partition (committed or not)."""
+    return await partition_metric(worker, "kdiv_records_validated_total", topic, partition) or 0
 
 
 def latest(incidents: dict[bytes, list[Incident]]) -> list[Incident]:
@@ -349,42 +354,55 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
         restore(cluster)
 
 
-async def _health_status(worker: WorkerProcess) -> str:
+async def _health(worker: WorkerProcess) -> tuple[str, dict]:
+    """(/health's status, its whole answer)."""
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as session,
             session.get(f"{worker.url}/health") as response,
         ):
-            return (await response.json())["status"]
+            answer = await response.json()
+            return answer["status"], answer
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as failed:
-        return f"unanswered: {type(failed).__name__}"
+        return f"unanswered: {type(failed).__name__}", {}
 
 
 async def never_silent(
     worker: WorkerProcess, topic: str, acked: dict[int, list[tuple[int, float]]], seconds: float, bound_s: float
 ) -> list:
-    """Probe every second for `seconds`: a partition whose oldest acknowledged record not yet
-    validated was acknowledged longer than `bound_s` ago must be said on /health ("stalled").
-    (A producer may itself wait on a frozen leader for its request timeout: records it has not
-    had acknowledged are not yet in the log, and no validator can be behind on them.)
-    The silent moments found (empty: none): (seconds waiting, partition, validated, acked, status)."""
+    """Probe every second for `seconds`: a partition whose committed validated offset
+    (`kdiv_validated_offset`) has not moved for longer than `bound_s` while an acknowledged
+    record past it has waited that long must be said on /health ("stalled"), as the worker's
+    rule says: stalled from the later of its last progress and its oldest unvalidated record's
+    arrival. (A producer may itself wait on a frozen leader for its request timeout: records it
+    has not had acknowledged are not yet in the log, and no validator can be behind on them.)
+    The silent moments found (empty: none): (seconds waiting, partition, validated, acked,
+    status), and /health's whole answer at the first."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     last: dict[int, int] = {}
-    silent = []
+    moved_at: dict[int, float] = {}
+    silent: list = []
     while loop.time() < end:
         now = loop.time()
-        status = await _health_status(worker)
+        status, answer = await _health(worker)
         for partition in range(PARTITIONS):
             try:
-                validated = await records_validated(worker, topic, partition)
+                validated = await partition_metric(worker, "kdiv_validated_offset", topic, partition) or 0
             except (aiohttp.ClientError, TimeoutError):
                 validated = last.get(partition, 0)
-            last[partition] = validated
+            if validated > last.get(partition, -1):
+                moved_at[partition] = now
+            last[partition] = max(validated, last.get(partition, 0))
             acks = acked.get(partition, [])
-            waiting_since = next((at for acked_end, at in acks if acked_end > validated), None)
-            if waiting_since is not None and now - waiting_since > bound_s and status != "stalled":
-                silent.append((round(now - waiting_since), partition, validated, acks[-1][0], status))
+            waiting_since = next((at for acked_end, at in acks if acked_end > last[partition]), None)
+            if waiting_since is None:
+                continue
+            since = max(waiting_since, moved_at[partition])
+            if now - since > bound_s and status != "stalled":
+                silent.append((round(now - since), partition, last[partition], acks[-1][0], status))
+                if len(silent) == 1:
+                    silent.append(answer)
         await asyncio.sleep(1)
     return silent
 

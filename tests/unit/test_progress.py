@@ -100,6 +100,25 @@ def test_no_stall_is_judged_while_progress_is_held_then_the_clock_restarts():
     assert progress.judge(160 * S)[0].since_ms == 100 * S
 
 
+def test_a_restore_that_moves_holds_the_stall_clock_and_one_that_stands_still_is_stalled():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 0, 0)
+    progress.log_ends({KEY: (0, 100)}, 0)
+    for t in range(0, 300, 5):  # restoring, 10 changelog records a poll
+        progress.restoring(5000 - 2 * t, t * S)
+        assert progress.restore_stalled(t * S) is None
+    assert progress.judge(300 * S) == []  # validation waits for the restore: no stall
+    for t in range(300, 400, 5):  # the restore stands still at 4,400 left
+        progress.restoring(4400, t * S)
+    assert progress.restore_stalled(359 * S) is None
+    assert progress.restore_stalled(360 * S) == (300 * S, 4400)
+    progress.restoring(4399, 400 * S)
+    assert progress.restore_stalled(400 * S) is None
+    progress.restoring(None, 405 * S)  # restored: the partitions' own clocks run from the last hold
+    assert progress.restore_stalled(10_000 * S) is None
+    assert progress.judge(465 * S)[0].since_ms == 400 * S
+
+
 def test_log_ends_unread_for_the_bound_make_progress_unknown_whether_or_not_a_read_failed_yet():
     progress = _progress(stall_s=60)  # measuring from 0
     assert not progress.measured_blind(59 * S) and progress.measured_blind(60 * S)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -177,3 +178,22 @@ def test_no_view_shows_the_registrys_password(tmp_path: Path) -> None:
     shown = [a.body.decode() if isinstance(a.body, bytes) else json.dumps(a.body) for a in answers]
     assert all(REGISTRY_PASSWORD not in text for text in shown)
     assert '"url": "https://registry.example:8081"' in shown[0]
+
+
+@pytest.mark.parametrize("restore_stalled", [False, True])
+def test_a_restore_that_moves_is_recovering_and_one_that_stands_still_is_stalled(restore_stalled: bool) -> None:
+    parts, model = _model()
+    parts.recovery_status = lambda: {"in_progress": True, "active_remaining": 4400, "standby_remaining": 0}
+    base = parts.liveness()
+    parts.liveness = lambda: replace(
+        base,
+        commit_failing_ms=0,
+        commit_failing_since_ms=None,
+        restore_stalled_since_ms=1_700_000_000_000 if restore_stalled else None,
+        restore_remaining=4400 if restore_stalled else None,
+    )
+    code, body = status.health(model)
+    assert (code, body["status"]) == (503, "stalled" if restore_stalled else "recovering")
+    said = [reason for reason in body["reasons"] if reason.startswith("restoring the tables stalled since")]
+    wanted = "restoring the tables stalled since 2023-11-14T22:13:20.000Z: 4400 changelog records left"
+    assert said == ([wanted] if restore_stalled else [])

@@ -42,6 +42,7 @@ class LogEnds:
         clock: Callable[[], int],
         tansu: bool = False,
         paused: Callable[[], bool] = lambda: False,
+        restoring: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.progress = progress
@@ -49,8 +50,10 @@ class LogEnds:
         self.committed = committed
         self.clock = clock
         self.tansu = tansu
-        # True while no progress is expected (tables being restored).
+        # True while no progress is expected (the state's schema not registered yet).
         self.paused = paused
+        # The changelog records left to restore, while the tables are restored (else None).
+        self.restoring = restoring
         self._consumer: AIOKafkaConsumer | None = None
         self._blind_logged = False
 
@@ -83,6 +86,7 @@ class LogEnds:
         progress.assign(keys, now)
         for key in keys:
             progress.starts_at(key, self.committed(key), now)
+        progress.restoring(self.restoring(), now)
         if self.paused():
             progress.hold(now)
         timeout = self.settings.broker_timeout_s

@@ -52,6 +52,14 @@ class WorkerCollector:
         lag_age = GaugeMetricFamily(
             "kdiv_lag_age_seconds", "Age of the oldest record not yet validated, at most (0: none)", labels=_TP
         )
+        committed = GaugeMetricFamily(
+            "kdiv_validated_offset",
+            "The next offset to validate: every record before it is validated and committed",
+            labels=_TP,
+        )
+        log_end = GaugeMetricFamily(
+            "kdiv_log_end_offset", "The partition's true log end, as last read (ListOffsets)", labels=_TP
+        )
         stalled = GaugeMetricFamily(
             "kdiv_partition_stalled",
             "1 while the partition has records not validated and no progress for KDIV_STALL_S",
@@ -88,6 +96,10 @@ class WorkerCollector:
         for measured in worker.partition_progress():
             labels = [measured.topic, str(measured.partition)]
             stalled.add_metric(labels, int(measured.stalled))
+            if measured.validated is not None:
+                committed.add_metric(labels, measured.validated)
+            if measured.log_end is not None:
+                log_end.add_metric(labels, measured.log_end)
             if measured.lag is not None:
                 lag.add_metric(labels, measured.lag)
                 lag_age.add_metric(labels, (measured.lag_age_ms or 0) / 1000)
@@ -101,6 +113,8 @@ class WorkerCollector:
             push_failed,
             lag,
             lag_age,
+            committed,
+            log_end,
             stalled,
             recovering,
         )
@@ -192,6 +206,11 @@ class WorkerCollector:
                 "kdiv_progress_unknown",
                 "1 while the true log ends could not be read for KDIV_STALL_S (progress not measured)",
                 int(liveness.blind),
+            ),
+            (
+                "kdiv_restore_stalled",
+                "1 while restoring the tables has made no progress for KDIV_STALL_S",
+                int(liveness.restore_stalled_since_ms is not None),
             ),
             (
                 "kdiv_commit_failing_seconds",

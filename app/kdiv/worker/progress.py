@@ -86,10 +86,19 @@ class Liveness:
     commit_error: str | None
     commit_failing_ms: int
     stall_ms: int
+    # A restore of the tables whose remaining changelog records have not moved for the
+    # stall bound: since when, and how many are left (None: none stalled).
+    restore_stalled_since_ms: int | None = None
+    restore_remaining: int | None = None
 
     @property
     def is_stalled(self) -> bool:
-        return bool(self.stalled) or self.blind or self.commit_failing_ms >= self.stall_ms
+        return (
+            bool(self.stalled)
+            or self.blind
+            or self.commit_failing_ms >= self.stall_ms
+            or self.restore_stalled_since_ms is not None
+        )
 
     def reasons(self) -> list[str]:
         """One line per reason, naming where and since when (ISO 8601 UTC)."""
@@ -105,6 +114,11 @@ class Liveness:
             )
         if self.blind:
             lines.append(f"progress unknown since {iso_utc(self.blind_since_ms)}: {self.log_ends_error}")
+        if self.restore_stalled_since_ms is not None:
+            lines.append(
+                f"restoring the tables stalled since {iso_utc(self.restore_stalled_since_ms)}: "
+                f"{self.restore_remaining} changelog records left"
+            )
         return lines
 
 
@@ -119,6 +133,8 @@ class Progress:
         self.started_ms: int | None = None
         self.log_ends_read_at_ms: int | None = None
         self.log_ends_error: str | None = None
+        # While the tables are restored: (changelog records left, since when that count).
+        self._restore: tuple[int, int] | None = None
 
     # -- what the worker reports ------------------------------------------------------------
 
@@ -138,6 +154,25 @@ class Progress:
         """No progress is expected now (tables being restored): the stall clock starts again."""
         for part in self._parts.values():
             part.moved_at_ms = now_ms
+
+    def restoring(self, remaining: int | None, now_ms: int) -> None:
+        """The tables are being restored with `remaining` changelog records left (None: they
+        are not): validation waits, so its stall clock starts again; the restore has a clock
+        of its own, which any change of `remaining` starts again."""
+        if remaining is None:
+            self._restore = None
+            return
+        self.hold(now_ms)
+        if self._restore is None or self._restore[0] != remaining:
+            self._restore = (remaining, now_ms)
+
+    def restore_stalled(self, now_ms: int) -> tuple[int, int] | None:
+        """(since when, changelog records left) of a restore that has not moved for the stall
+        bound; None while it moves, or when no restore runs."""
+        if self._restore is None:
+            return None
+        remaining, since = self._restore
+        return (since, remaining) if now_ms - since >= self.stall_ms else None
 
     def validated(self, key: Key, next_offset: int, now_ms: int) -> None:
         """Every record of `key` before `next_offset` is validated and committed. An offset

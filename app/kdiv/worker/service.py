@@ -50,6 +50,7 @@ from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
     recovery_status,
+    restore_remaining,
     restored_partitions,
 )
 from kdiv.worker.faustcompat.sink import FaustSink
@@ -240,7 +241,8 @@ class ValidationWorker:
             lambda key: committed_offset(app, TP(*key)),
             clock,
             tansu=cluster.tansu,
-            paused=lambda: recovery_status(app)["in_progress"] or not self.schemas.state_schema_ready.is_set(),
+            paused=lambda: not self.schemas.state_schema_ready.is_set(),
+            restoring=lambda: restore_remaining(app),
         )
         # The checks before a flush's commit, in this order.
         before_commit: list[FlushHook] = [self.schemas.judge_schemas, changefeed_kind.give_up_held]
@@ -374,6 +376,7 @@ class ValidationWorker:
         now = self.clock()
         progress = self.progress
         failures = self.batches.commit_failures
+        restore_stalled = progress.restore_stalled(now)
         return Liveness(
             stalled=tuple(p for p in progress.snapshot(now) if p.stalled),
             blind=progress.measured_blind(now),
@@ -384,6 +387,8 @@ class ValidationWorker:
             commit_error=failures.last_error,
             commit_failing_ms=0 if failures.since_ms is None else max(now - failures.since_ms, 0),
             stall_ms=progress.stall_ms,
+            restore_stalled_since_ms=None if restore_stalled is None else restore_stalled[0],
+            restore_remaining=None if restore_stalled is None else restore_stalled[1],
         )
 
     def on_flushed(self, offsets: Mapping[tuple[str, int], int]) -> None:

@@ -33,6 +33,13 @@ def recovery_status(app: Any) -> dict:
     }
 
 
+def restore_remaining(app: Any) -> int | None:
+    """The changelog records left to restore while the tables recover (active and standby:
+    either moving is progress); None when they do not."""
+    status = recovery_status(app)
+    return status["active_remaining"] + status["standby_remaining"] if status["in_progress"] else None
+
+
 def committed_offset(app: Any, tp: TP) -> int | None:
     """The offset Faust's consumer last committed (or found committed) for a partition."""
     consumer = app.consumer

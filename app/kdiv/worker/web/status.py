@@ -59,11 +59,13 @@ def health(worker: WorkerReadModel) -> tuple[int, dict]:
     liveness = worker.liveness()
     # Stalled: validation makes no progress where records wait (docs/worker.md#liveness).
     stalled = liveness.is_stalled
+    # A restore that makes no progress is stalled, not recovering (docs/worker.md#liveness).
+    restore_moving = recovery["in_progress"] and liveness.restore_stalled_since_ms is None
     status = (
         "waiting_for_registry"
         if waiting
         else "recovering"
-        if recovery["in_progress"]
+        if restore_moving
         else "stalled"
         if stalled
         else "degraded"
