@@ -139,6 +139,46 @@ def test_a_revoked_partition_is_forgotten_and_a_seek_back_is_where_it_is():
     assert progress.of(KEY, 2 * S) is None
 
 
+def test_a_backlog_under_a_log_that_stands_still_is_stalled_from_its_first_read():
+    """Records wait, nothing is validated and nothing more is written: every read sees the
+    same end, and none of them makes the backlog younger."""
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 100, 0)
+    for t in range(0, 120, 5):
+        progress.log_ends({KEY: (0, 500)}, t * S)
+        changes = progress.judge(t * S)
+        if t == 60:
+            assert [(c.key, c.began, c.since_ms) for c in changes] == [(KEY, True, 0)]
+    assert progress.of(KEY, 115 * S).lag_age_ms == 115 * S
+
+
+def test_a_group_that_rejoins_again_and_again_is_no_progress_and_its_stall_is_said():
+    """Revoked and assigned again every 10 s, validating nothing: the partition's clock goes
+    on through the rebalances, so the stall is said at the bound, once."""
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 100, 0)
+    progress.log_ends({KEY: (0, 500)}, 0)
+    began = []
+    for t in range(0, 120, 10):
+        progress.assign([OTHER], t * S)  # revoked
+        progress.assign([KEY, OTHER], (t + 5) * S)  # assigned again
+        progress.log_ends({KEY: (0, 500)}, (t + 5) * S)
+        began += [change.since_ms for change in progress.judge((t + 5) * S) if change.key == KEY and change.began]
+    assert began == [0]
+
+
+def test_a_partition_back_after_the_stall_bound_is_measured_afresh():
+    progress = _progress(stall_s=60)
+    progress.starts_at(KEY, 100, 0)
+    progress.log_ends({KEY: (0, 500)}, 0)
+    progress.assign([OTHER], 10 * S)
+    progress.assign([KEY, OTHER], 80 * S)
+    assert progress.of(KEY, 80 * S).validated is None  # its new start is read again
+    progress.starts_at(KEY, 400, 80 * S)
+    progress.log_ends({KEY: (0, 500)}, 80 * S)
+    assert progress.judge(139 * S) == []
+
+
 def test_the_readings_kept_are_bounded_and_the_age_stays_an_upper_bound():
     progress = _progress()
     progress.starts_at(KEY, 0, 0)

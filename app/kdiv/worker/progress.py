@@ -129,6 +129,8 @@ class Progress:
     def __init__(self, stall_ms: int) -> None:
         self.stall_ms = stall_ms
         self._parts: dict[Key, _Partition] = {}
+        # Partitions no longer assigned, and since when: kept for the stall bound.
+        self._gone: dict[Key, tuple[_Partition, int]] = {}
         # When measuring began, when the log ends were last read, and the last read's error.
         self.started_ms: int | None = None
         self.log_ends_read_at_ms: int | None = None
@@ -139,16 +141,24 @@ class Progress:
     # -- what the worker reports ------------------------------------------------------------
 
     def assign(self, keys: set[Key] | list[Key], now_ms: int) -> None:
-        """The partitions assigned now: new ones are measured from `now_ms`, gone ones forgotten."""
+        """The partitions assigned now: new ones are measured from `now_ms`, gone ones
+        forgotten. A partition assigned again within the stall bound of going (a rebalance,
+        a group that rejoins again and again) goes on with its own clock: a rebalance is no
+        progress."""
         if self.started_ms is None:
             self.started_ms = now_ms
         wanted = set(keys)
         for key in list(self._parts):
             if key not in wanted:
-                del self._parts[key]
+                self._gone[key] = (self._parts.pop(key), now_ms)
         for key in wanted:
             if key not in self._parts:
-                self._parts[key] = _Partition(moved_at_ms=now_ms)
+                gone = self._gone.pop(key, None)
+                recent = gone is not None and now_ms - gone[1] < self.stall_ms
+                self._parts[key] = gone[0] if gone is not None and recent else _Partition(moved_at_ms=now_ms)
+        for key, (_, since) in list(self._gone.items()):
+            if now_ms - since >= self.stall_ms:
+                del self._gone[key]
 
     def hold(self, now_ms: int) -> None:
         """No progress is expected now (tables being restored): the stall clock starts again."""
@@ -206,9 +216,12 @@ class Progress:
                 continue
             part.log_start = start
             if part.readings and part.readings[-1][1] == end:
-                # The same end seen again: what comes after it was appended after this read,
-                # not the first one that saw it (a log that stood still, then grew).
-                part.readings[-1] = (now_ms, end)
+                # The same end seen again, all validated: what comes after it was appended after
+                # this read, not the first one that saw it (a log that stood still, then grew).
+                # Records not validated below it stay dated by the first read that saw them.
+                validated = self._effective(part)
+                if validated is not None and end <= validated:
+                    part.readings[-1] = (now_ms, end)
             elif part.log_end is None or end != part.log_end:
                 part.readings.append((now_ms, end))
                 if len(part.readings) > MAX_READINGS:
