@@ -41,7 +41,8 @@ from kdiv.writer import DivWriter
 from tests.harness.broker import exact_end_offsets, read_incidents, wait_until_caught_up
 from tests.harness.processes import WorkerProcess, free_port
 
-pytestmark = pytest.mark.broker
+# alone: it measures how long the worker or a producer takes under a frozen or killed broker.
+pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 PARTITIONS = 2
 

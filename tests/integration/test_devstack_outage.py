@@ -30,7 +30,8 @@ from kdiv.dev.nightly import broker_answers
 from tests.harness.broker import exact_end_offsets, port_is_bindable
 from tests.harness.processes import free_port
 
-pytestmark = pytest.mark.broker
+# alone: it measures how long the worker or a producer takes under a frozen or killed broker.
+pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 # Longer than aiokafka's request timeout (40 s): the writes in flight time out.
 FREEZE_S = 50.0

@@ -32,7 +32,8 @@ from tests.integration.test_reconcile_job import found_in, rewrite
 from tests.integration.test_reconcile_unread import reconcile
 from tests.integration.test_retention import delete_records
 
-pytestmark = pytest.mark.broker
+# alone: it measures how long the worker or a producer takes under a frozen or killed broker.
+pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 NOTE = "deleted before validation"
 

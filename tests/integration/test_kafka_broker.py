@@ -33,7 +33,8 @@ from kdiv.maven import JARS_DIR_ENV, KAFKA_BROKER
 from tests.conftest import run_coroutine
 from tests.harness.broker import delete_topic, port_is_bindable
 
-pytestmark = pytest.mark.broker
+# alone: it measures how long the worker or a producer takes under a frozen or killed broker.
+pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KDIV = [sys.executable, "-m", "kdiv"]

@@ -32,7 +32,8 @@ from tests.harness.broker import (
 )
 from tests.harness.processes import WorkerProcess, free_port
 
-pytestmark = pytest.mark.broker
+# alone: it measures how long the worker or a producer takes under a frozen or killed broker.
+pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 # How long the shapes run (at least 3 minutes in the suite).
 SOAK_S = float(os.environ.get("KDIV_TEST_SOAK_S", "180"))
