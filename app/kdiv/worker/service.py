@@ -119,6 +119,15 @@ class ValidationWorker:
         self.settings = settings
         self.cluster = cluster
         self.clock = clock
+        # The parts in dependency order: each step uses only what the steps before it built.
+        self._build_validation(state_schema_id)
+        changefeed_kind, observations_kind = self._build_topic_kinds()
+        self._build_progress()
+        self._build_batch_path(changefeed_kind, observations_kind)
+
+    def _build_validation(self, state_schema_id: int | None) -> None:
+        """The validator, its state tables, the schema checks, the audit and the sink."""
+        app, settings, cluster, clock = self.app, self.settings, self.cluster, self.clock
         lags = {t.name: t.compaction_lag_ms for t in cluster.topics}
         # The state schema's id comes from the registry once the app runs
         # (`SchemaChecks.register_state_schema`).
@@ -186,8 +195,11 @@ class ValidationWorker:
         # Validated, not yet written: committed before Faust commits (see `flush`).
         self.unit = UnitOfWork()
         self.changefeeds = ChangefeedChecks(settings.changefeeds, self.lookups)
+
+    def _build_topic_kinds(self) -> tuple[ChangefeedTopics, ObservationTopics | None]:
+        """One handler per kind of watched topic, the checks they share, and ownership."""
+        app, settings, cluster, clock = self.app, self.settings, self.cluster, self.clock
         div_topics = frozenset(t.name for t in cluster.topics) - self.changefeed_topics
-        # One handler per kind of watched topic, and one lifecycle for every partition.
         self.kinds = TopicKinds()
         self.ownership = Ownership(app, cluster, self.kinds)
         self.rewinds = RewindChecks(
@@ -232,7 +244,11 @@ class ValidationWorker:
         # What else is kept of a partition goes with it.
         self.ownership.on_forget(self.schemas.forget)
         self.ownership.on_forget(lambda key: self.log_starts.forget(TP(*key)))
-        # Progress against the true log ends (docs/worker.md#liveness).
+        return changefeed_kind, observations_kind
+
+    def _build_progress(self) -> None:
+        """Progress against the true log ends (docs/worker.md#liveness)."""
+        app, settings, cluster, clock = self.app, self.settings, self.cluster, self.clock
         self.progress = Progress(int(settings.stall_s * 1000))
         self.log_ends = LogEnds(
             settings,
@@ -244,6 +260,10 @@ class ValidationWorker:
             paused=lambda: not self.schemas.state_schema_ready.is_set(),
             restoring=lambda: restore_remaining(app),
         )
+
+    def _build_batch_path(self, changefeed_kind: ChangefeedTopics, observations_kind: ObservationTopics | None) -> None:
+        """The batch path: records to their kind's handler, the checks before a commit, the commit."""
+        settings, clock = self.settings, self.clock
         # The checks before a flush's commit, in this order.
         before_commit: list[FlushHook] = [self.schemas.judge_schemas, changefeed_kind.give_up_held]
         if observations_kind is not None:
