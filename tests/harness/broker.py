@@ -16,10 +16,10 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from kdiv.dev.demo import FAULTS, FaultyPipeline
+from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import _standalone_consumer, read_snapshot, topic_partitions
 from kdiv.kafka.tansu import detect_tansu, end_offsets
 from kdiv.offline.jsonl import record_to_line
-from kdiv.worker.incidents import Incident
 from kdiv.writer import DivWriter
 from tests.harness.processes import WorkerProcess
 

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 from kdiv.div.segment import Segment, as_segment
 from kdiv.div.validator import DataIntegrityValidator, PartitionValidation
+from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import read_snapshot
 from kdiv.state.codec import decode_partition, decode_segment
 from kdiv.state.framing import unframe
 from kdiv.state.tables import parse_key
-from kdiv.worker.incidents import Incident, incidents_for
+from kdiv.worker.incidents import incidents_for
 
 
 def comparable(incident: Incident) -> tuple[str, str, int]:

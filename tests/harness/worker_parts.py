@@ -15,12 +15,13 @@ from kdiv.div.faults import Verdict
 from kdiv.div.segment import Segment
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import ChecksumType
+from kdiv.incident.shape import Incident
 from kdiv.registry.client import SchemaRegistry
 from kdiv.registry.subjects import SchemaLookups
 from kdiv.trace.judge import Observation
 from kdiv.worker.audit import HopStats, PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
-from kdiv.worker.incidents import Incident, RecentIncidents
+from kdiv.worker.incidents import RecentIncidents
 from kdiv.worker.progress import Liveness, Progress
 from kdiv.worker.restore import RestoreListener
 from tests.harness.streams import GUID_A, GUID_B, NOW

@@ -34,9 +34,9 @@ from aiokafka.errors import KafkaError
 
 from kdiv.dev.broker import KafkaCluster
 from kdiv.div.wire import Kind, readable_div_header
+from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.topics import create_topic
-from kdiv.worker.incidents import Incident
 from kdiv.writer import DivWriter
 from tests.harness.broker import exact_end_offsets, read_incidents, wait_until_caught_up
 from tests.harness.processes import WorkerProcess, free_port

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from kdiv.cli import main
 from kdiv.dev.broker import KafkaCluster, KafkaNode
 from kdiv.div.wire import HEADER_NAME, decode
+from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import read_snapshot
-from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, Incident
+from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION
 from tests.harness.broker import exact_end_offsets, read_incidents, read_table, wait_until_caught_up
 from tests.harness.kafka_tools import ConsoleProducerProcess
 from tests.harness.processes import WorkerProcess

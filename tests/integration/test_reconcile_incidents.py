@@ -15,8 +15,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from confluent_kafka import Producer
 
+from kdiv.incident.shape import Incident
 from kdiv.state.tables import changelog_topic_name
-from kdiv.worker.incidents import Incident
 from tests.integration.test_reconcile_job import reconcile_in_process
 from tests.integration.test_reconcile_report import _Page, table_dicts
 

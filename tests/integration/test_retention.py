@@ -20,7 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.admin.records_to_delete import RecordsToDelete
 
-from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, Incident
+from kdiv.incident.shape import Incident
+from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION
 from kdiv.writer import DivWriter
 from tests.harness.broker import exact_end_offsets, read_incidents, wait_until_caught_up
 from tests.harness.processes import WorkerProcess

@@ -14,23 +14,14 @@ from click.testing import CliRunner
 from kdiv.cli import main
 from kdiv.div.validator import DataIntegrityValidator, Eviction, Semantics
 from kdiv.div.wire import HEADER_NAME, Kind
+from kdiv.incident.builders import checksum_incident, incident_for, partition_incident, schema_incident, trace_incident
 from kdiv.incident.schema import incident_schema
 from kdiv.incident.shape import INCIDENT_VERSION, Incident
 from kdiv.offline.jsonl import record_to_line
 from kdiv.trace.judge import TraceJudge, TraceOutcome
 from kdiv.trace.routes import parse_routes
 from kdiv.worker.incident_log import IncidentLog
-from kdiv.worker.incidents import (
-    checksum_incident,
-    deletion_incident,
-    eviction_incident,
-    incident_for,
-    incidents_for,
-    partition_incident,
-    rewind_incident,
-    schema_incident,
-    trace_incident,
-)
+from kdiv.worker.incidents import deletion_incident, eviction_incident, incidents_for, rewind_incident
 from kdiv.worker.live import Rewind
 from kdiv.worker.retention import Deletion
 from kdiv.worker.web.shapes import incident_json

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from kdiv.incident.bounds import MAX_CHARS
-from kdiv.worker.incidents import Incident, RecentIncidents
+from kdiv.incident.shape import Incident
+from kdiv.worker.incidents import RecentIncidents
 from kdiv.worker.web.incidents import MAX_PAGE_BYTES, incidents_page
 from kdiv.worker.web.params import MAX_PAGE, BadRequest
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 from kdiv.config.settings import MIN_RECENT_INCIDENTS_BYTES
 from kdiv.incident.bounds import MAX_INCIDENT_BYTES
-from kdiv.worker.incidents import Incident, RecentIncidents
+from kdiv.incident.shape import Incident
+from kdiv.worker.incidents import RecentIncidents
 from kdiv.worker.web.incidents_reader import add_incident
 
 MISSING = Incident(

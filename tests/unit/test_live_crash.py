@@ -22,8 +22,9 @@ from kdiv.div.record import ConsumedRecord
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import HEADER_NAME, ChecksumType, Kind, scan_div_header
+from kdiv.incident.shape import Incident
 from kdiv.state.tables import partition_key
-from kdiv.worker.incidents import Incident, incidents_for
+from kdiv.worker.incidents import incidents_for
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.unit import Change, UnitOfWork
 

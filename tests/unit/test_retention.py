@@ -14,10 +14,11 @@ from kdiv.div.record import ConsumedRecord, consumed
 from kdiv.div.stamper import DivStamper
 from kdiv.div.validator import DataIntegrityValidator, Semantics, ValidationResult
 from kdiv.div.wire import Kind
+from kdiv.incident.shape import Incident
 from kdiv.state.values import StateValues
 from kdiv.worker.faustcompat.epochs import fetched_span
 from kdiv.worker.faustcompat.parsed import in_bulk
-from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, Incident, deletion_incident, incidents_for
+from kdiv.worker.incidents import DELETED_BEFORE_VALIDATION, deletion_incident, incidents_for
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.retention import Deletion
 from tests.harness.streams import GUID_A, GUID_B, NOW, Log

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Sequence
 import pytest
 from aiokafka.errors import RequestTimedOutError
 
-from kdiv.worker.incidents import Incident
+from kdiv.incident.shape import Incident
 from kdiv.worker.unit import Change, CommitFailures, CommitTimedOut, PartitionWork, UnitOfWork
 
 KEY = ("orders", 0)

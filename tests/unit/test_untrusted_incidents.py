@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdiv.worker.incidents import Incident
+from kdiv.incident.shape import Incident
 from kdiv.worker.web.shapes import incident_json
 
 DIV = Incident(

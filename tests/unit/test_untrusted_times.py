@@ -12,9 +12,9 @@ from kdiv.clock import LAST_RENDERABLE_MS
 from kdiv.clock import iso_utc as iso_time
 from kdiv.div.segment import Segment
 from kdiv.div.wire import ChecksumType
+from kdiv.incident.shape import Incident
 from kdiv.reconcile import report
 from kdiv.reconcile.markup import utc_time
-from kdiv.worker.incidents import Incident
 from kdiv.worker.web.shapes import ProducerFaults, incident_json, producer_json
 
 NOW_MS = 1_700_000_000_000

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from kdiv.changefeed.verify import ChangefeedVerifier, RowVerdict
 from kdiv.config.settings import ChangefeedSettings
 from kdiv.incident.bounds import MAX_CHARS, cut
+from kdiv.incident.builders import checksum_incident
+from kdiv.incident.shape import Incident
 from kdiv.registry.client import RegistryUnavailable
 from kdiv.registry.subjects import SchemaLookups
 from kdiv.ticdc.checksum import ChecksumVerdict
-from kdiv.worker.incidents import Incident, checksum_incident
 
 log = logging.getLogger("kdiv.worker.changefeeds")
 

@@ -18,37 +18,25 @@ from kdiv.div.faults import Verdict
 from kdiv.div.validator import Eviction, ValidationResult
 from kdiv.incident.bounds import fitted
 from kdiv.incident.builders import (
-    NOT_FAULTS,
-    checksum_incident,
     incident_for,
     partition_incident,
     record_time,
-    schema_incident,
     severity_of,
-    trace_incident,
 )
-from kdiv.incident.shape import NO_PRODUCER, Incident
+from kdiv.incident.shape import Incident
 from kdiv.worker.live import Rewind
 from kdiv.worker.retention import LOSS_VERDICTS, Deletion
 
 __all__ = [
     "DELETED_BEFORE_VALIDATION",
     "LOG_REWOUND",
-    "NOT_FAULTS",
-    "NO_PRODUCER",
     "PRODUCERS_LIMIT",
-    "Incident",
     "RecentIncidents",
-    "checksum_incident",
     "deleted_note",
     "deletion_incident",
     "eviction_incident",
-    "incident_for",
     "incidents_for",
-    "partition_incident",
     "rewind_incident",
-    "schema_incident",
-    "trace_incident",
 ]
 
 LOG_REWOUND = "LOG_REWOUND"

@@ -23,10 +23,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kdiv.incident.builders import trace_incident
 from kdiv.worker.audit import PipelineAudit
 from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.faustcompat.tables import partition_items
-from kdiv.worker.incidents import trace_incident
 from kdiv.worker.unit import UnitOfWork
 
 log = logging.getLogger("kdiv.worker")

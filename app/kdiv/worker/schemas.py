@@ -10,12 +10,13 @@ from typing import Any
 
 from kdiv.config.settings import Settings
 from kdiv.div.record import FetchedRecord
+from kdiv.incident.builders import schema_incident
+from kdiv.incident.shape import Incident
 from kdiv.kafka.discovery import ClusterView
 from kdiv.registry.subjects import UNCHECKED, SchemaLookups
 from kdiv.state.framing import schema_id_of
 from kdiv.state.tables import changelog_topic_name, state_changelogs
 from kdiv.state.values import StateValues
-from kdiv.worker.incidents import Incident, schema_incident
 from kdiv.worker.restore import RestoreListener
 from kdiv.worker.statecheck import LOCAL_STORE, StateFinding, StateSchemaCheck, register_state_schema
 from kdiv.worker.unit import UnitOfWork

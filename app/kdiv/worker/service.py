@@ -58,9 +58,7 @@ from kdiv.worker.faustcompat.transport import (
     broker_url,
 )
 from kdiv.worker.incident_log import IncidentLog
-from kdiv.worker.incidents import (
-    RecentIncidents,
-)
+from kdiv.worker.incidents import RecentIncidents
 from kdiv.worker.kinds import ChangefeedTopics, ObservationTopics, TopicKinds
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.logends import LogEnds

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from kdiv.worker.incidents import Incident
+from kdiv.incident.shape import Incident
 from kdiv.worker.live import LiveValidation
 
 # (key, value); value None deletes the key.

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
+from kdiv.incident.shape import Incident
 from kdiv.worker.audit import observations_by_partition
 from kdiv.worker.faustcompat.internals import hand_over_table_writes, send_in_batches, topic_partitions, track_topic
 from kdiv.worker.faustcompat.tables import write_partition
-from kdiv.worker.incidents import Incident
 from kdiv.worker.unit import Change
 
 

@@ -14,8 +14,8 @@ import logging
 from aiokafka import AIOKafkaConsumer
 
 from kdiv.config.settings import Settings
+from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import topic_partitions
-from kdiv.worker.incidents import Incident
 
 log = logging.getLogger("kdiv.worker")
 
