@@ -63,6 +63,58 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _interrupt_at_sigterm)
 
 
+# The modules that run Spark, in the test process or through spark-submit. Under pytest-xdist
+# (tests/run) one worker runs them one after another: in one process every SparkSession
+# shares the JVM the first one started (and its classpath), and Spark's JVMs are what loads
+# two cores most. Every other module goes to a worker whole.
+SPARK_MODULES = frozenset(
+    f"tests/integration/test_{name}.py"
+    for name in (
+        "compaction",
+        "demo",
+        "java_interceptor_faults",
+        "kafka_source",
+        "reconcile_changefeeds",
+        "reconcile_cluster",
+        "reconcile_compare",
+        "reconcile_incidents",
+        "reconcile_job",
+        "reconcile_report",
+        "reconcile_report_layout",
+        "reconcile_routes",
+        "reconcile_unread",
+        "security_kafka",
+        "streams_hop",
+    )
+)
+SPARK_GROUP = "spark"
+
+
+def worker_group(nodeid: str) -> str:
+    """What one xdist worker runs together: the Spark modules, else the test's module."""
+    module = nodeid.split("::", 1)[0]
+    return SPARK_GROUP if module in SPARK_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A module that asks for the session's SparkSession and is not among SPARK_MODULES would
+    # share a worker's JVM with whatever ran there before it.
+    strays = sorted({item.nodeid.split("::", 1)[0] for item in items if "spark" in getattr(item, "fixturenames", ())})
+    strays = [module for module in strays if module not in SPARK_MODULES and module.startswith("tests/integration/")]
+    if strays:
+        raise pytest.UsageError(f"tests/conftest.py SPARK_MODULES lacks {', '.join(strays)}, which use Spark")
+
+
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run `coroutine` to completion from sync code, even inside an async test.
 

@@ -162,6 +162,7 @@ async def write_steadily(writer: DivWriter, topic: str, records: int, rate: floa
         await writer.send(topic, b"value-%d" % i, key=b"key-%d" % i, partition=i % PARTITIONS)
         await asyncio.sleep(1 / rate)
     await writer.end_segments(topic)
+    await writer.flush()  # every record acknowledged (the producer retries on the new leader meanwhile)
 
 
 async def close_quietly(writer: DivWriter) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import threading
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -49,26 +47,11 @@ SEQUENCES_DDL = (
 
 
 @pytest.fixture(scope="module")
-def report_spark() -> Iterator[SparkSession]:
-    # A session another module (or conftest) already runs is shared, and left for its owner to stop.
-    running = SparkSession.getActiveSession()
-    if running is not None:
-        yield running
-        return
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYSPARK_PYTHON", sys.executable)
-        env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("kdiv-reconcile-report-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "4")
-            .getOrCreate()
-        )
-        try:
-            yield session
-        finally:
-            session.stop()
+def report_spark(spark: SparkSession) -> SparkSession:
+    # The session's one SparkSession (tests/conftest.py): the first session a process starts
+    # decides its JVM's classpath, so none is built here (one without Spark's kafka connector
+    # left later modules in the same process without it).
+    return spark
 
 
 def finding(

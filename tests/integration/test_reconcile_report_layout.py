@@ -9,7 +9,6 @@ detail wide enough to read, and no number broken over two lines.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,18 +94,11 @@ INCIDENTS = {
 
 
 @pytest.fixture(scope="module")
-def layout_spark() -> Iterator[SparkSession]:
-    running = SparkSession.getActiveSession()
-    if running is not None:
-        yield running
-        return
-    from kdiv.reconcile.session import build_session
-
-    session = build_session("local[2]")
-    try:
-        yield session
-    finally:
-        session.stop()
+def layout_spark(spark: SparkSession) -> SparkSession:
+    # The session's one SparkSession (tests/conftest.py): the first session a process starts
+    # decides its JVM's classpath, so none is built here (one without Spark's kafka connector
+    # left later modules in the same process without it).
+    return spark
 
 
 @pytest.fixture(scope="module")
