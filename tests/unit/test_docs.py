@@ -88,3 +88,14 @@ def test_every_relative_link_in_the_readme_and_docs_lands():
             elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
                 broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_ci_runs_the_readmes_two_commands_test_command_last():
+    """The README opens with the dev stack's command and the tests' command; CI runs the
+    latter as its last step, as written."""
+    blocks = re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(), re.DOTALL)
+    stack, tests = blocks[:2]
+    assert "honcho start" in stack
+    ci_steps = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci_steps[-1] == tests.strip()
+    assert (REPO / tests.split()[0]).is_file()
