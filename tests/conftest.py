@@ -90,9 +90,13 @@ SPARK_MODULES = frozenset(
 SPARK_GROUP = "spark"
 
 
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def worker_group(nodeid: str) -> str:
     """What one xdist worker runs together: the Spark modules, else the test's module."""
-    module = nodeid.split("::", 1)[0]
+    module = module_of(nodeid)
     return SPARK_GROUP if module in SPARK_MODULES else module
 
 
@@ -109,7 +113,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A module that asks for the session's SparkSession and is not among SPARK_MODULES would
     # share a worker's JVM with whatever ran there before it.
-    strays = sorted({item.nodeid.split("::", 1)[0] for item in items if "spark" in getattr(item, "fixturenames", ())})
+    strays = sorted({module_of(item.nodeid) for item in items if "spark" in getattr(item, "fixturenames", ())})
     strays = [module for module in strays if module not in SPARK_MODULES and module.startswith("tests/integration/")]
     if strays:
         raise pytest.UsageError(f"tests/conftest.py SPARK_MODULES lacks {', '.join(strays)}, which use Spark")

@@ -116,13 +116,17 @@ def worker_for(bootstrap: str, topic: str, tmp_path, web_port: int | None = None
     )
 
 
-async def partition_metric(worker: WorkerProcess, name: str, topic: str, partition: int) -> int | None:
-    """One partition's value of a metric of the worker's /metrics (None: not given)."""
+async def worker_metrics(worker: WorkerProcess) -> str:
+    """The worker's /metrics, as text."""
     async with (
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
         session.get(f"{worker.url}/metrics") as response,
     ):
-        text = await response.text()
+        return await response.text()
+
+
+def partition_metric(text: str, name: str, topic: str, partition: int) -> int | None:
+    """One partition's value of a metric in /metrics' `text` (None: not given)."""
     for labels, value in re.findall(rf"^{name}\{{(.*)\}} (\S+)$", text, re.MULTILINE):
         if f'topic="{topic}"' in labels and f'partition="{partition}"' in labels:
             return int(float(value))
@@ -131,7 +135,7 @@ async def partition_metric(worker: WorkerProcess, name: str, topic: str, partiti
 
 async def records_validated(worker: WorkerProcess, topic: str, partition: int) -> int:
     """What the worker's metrics say it has validated of a partition (committed or not)."""
-    return await partition_metric(worker, "kdiv_records_validated_total", topic, partition) or 0
+    return partition_metric(await worker_metrics(worker), "kdiv_records_validated_total", topic, partition) or 0
 
 
 def latest(incidents: dict[bytes, list[Incident]]) -> list[Incident]:
@@ -390,11 +394,15 @@ async def never_silent(
     while loop.time() < end:
         now = loop.time()
         status, answer = await _health(worker)
+        try:
+            metrics: str | None = await worker_metrics(worker)
+        except (aiohttp.ClientError, TimeoutError):
+            metrics = None
         for partition in range(PARTITIONS):
-            try:
-                validated = await partition_metric(worker, "kdiv_validated_offset", topic, partition) or 0
-            except (aiohttp.ClientError, TimeoutError):
+            if metrics is None:
                 validated = last.get(partition, 0)
+            else:
+                validated = partition_metric(metrics, "kdiv_validated_offset", topic, partition) or 0
             if validated > last.get(partition, -1):
                 moved_at[partition] = now
             last[partition] = max(validated, last.get(partition, 0))

@@ -413,8 +413,8 @@ class ValidationWorker:
         """Every record before these offsets is validated and written (progress); keyed by
         (topic, partition), as a TP is."""
         now = self.clock()
-        for (topic, partition), offset in offsets.items():
-            self.progress.validated((topic, partition), offset, now)
+        for key, offset in offsets.items():
+            self.progress.validated(key, offset, now)
 
     def is_loaded(self, topic: str, partition: int) -> bool:
         """True once a partition can be judged here: its saved state installed, or, for a
