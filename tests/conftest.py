@@ -162,6 +162,25 @@ def bootstrap() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def three_node_cluster() -> Iterator[KafkaCluster]:
+    """One three-node cluster for every test of the session that kills, pauses or elects
+    (starting and stopping one takes about 20 s); each gets it whole again (`three_nodes`)."""
+    with KafkaCluster(3, port=0) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def three_nodes(three_node_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The session's three-node cluster, every node running and unpaused again afterwards."""
+    # Imported here: the harness imports the writer and the demo, which unit runs need not load.
+    from tests.harness.broker import restore
+
+    restore(three_node_cluster)
+    yield three_node_cluster
+    restore(three_node_cluster)
+
+
+@pytest.fixture(scope="session")
 def registry_url(bootstrap: str) -> Iterator[str]:
     """A Schema Registry: $KDIV_SCHEMA_REGISTRY_URL, else kdiv's development registry."""
     configured = os.environ.get(REGISTRY_ENV)

@@ -15,6 +15,7 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from kdiv.dev.broker import KafkaCluster
 from kdiv.dev.demo import FAULTS, FaultyPipeline
 from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import _standalone_consumer, read_snapshot, topic_partitions
@@ -215,3 +216,13 @@ async def produce_with_faults_for(bootstrap: str, topic: str, seconds: float, **
     await asyncio.sleep(seconds)
     stop.set()
     return await producing
+
+
+def restore(cluster: KafkaCluster) -> None:
+    """Every node running and unpaused again, as the next test expects."""
+    for node in cluster.nodes:
+        if node.paused:
+            cluster.resume_node(node.node_id)
+    for node in cluster.nodes:
+        if not node.running:
+            cluster.start_node(node.node_id)

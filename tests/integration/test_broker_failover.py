@@ -25,7 +25,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -38,19 +38,13 @@ from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.topics import create_topic
 from kdiv.writer import DivWriter
-from tests.harness.broker import exact_end_offsets, read_incidents, wait_until_caught_up
+from tests.harness.broker import exact_end_offsets, read_incidents, restore, wait_until_caught_up
 from tests.harness.processes import WorkerProcess, free_port
 
 # alone: it measures how long the worker or a producer takes under a frozen or killed broker.
 pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 PARTITIONS = 2
-
-
-@pytest.fixture(scope="module")
-def three_nodes() -> Iterator[KafkaCluster]:
-    with KafkaCluster(3, port=0) as cluster:
-        yield cluster
 
 
 def bootstrap_of(cluster: KafkaCluster, *node_ids: int) -> str:
@@ -174,16 +168,6 @@ async def close_quietly(writer: DivWriter) -> None:
         await writer.close()
     except KafkaError:
         pass
-
-
-def restore(cluster: KafkaCluster) -> None:
-    """Every node running and unpaused again, as the next case expects."""
-    for node in cluster.nodes:
-        if node.paused:
-            cluster.resume_node(node.node_id)
-    for node in cluster.nodes:
-        if not node.running:
-            cluster.start_node(node.node_id)
 
 
 async def test_a_clean_failover_with_acks_all_is_no_incident(three_nodes, tmp_path):

@@ -63,12 +63,6 @@ async def _create(bootstrap: str, topic: NewTopic) -> None:
         await admin.close()
 
 
-@pytest.fixture(scope="module")
-def three_nodes() -> Iterator[KafkaCluster]:
-    with KafkaCluster(3, port=0) as cluster:
-        yield cluster
-
-
 def test_three_nodes_form_one_cluster_and_a_replicated_topic_survives_its_leaders_death(three_nodes):
     cluster = three_nodes
     hosts = [address.rsplit(":", 1) for address in cluster.bootstrap.split(",")]
