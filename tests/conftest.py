@@ -88,6 +88,15 @@ SPARK_MODULES = frozenset(
     )
 )
 SPARK_GROUP = "spark"
+# The `alone` modules time how long the worker takes to say a frozen, killed or elected broker:
+# one after another in one process (they share the session's three-node cluster). The soak
+# (about half a core) runs beside them in the other.
+CLUSTER_MODULES = frozenset(
+    f"tests/integration/test_{name}.py"
+    for name in ("broker_failover", "devstack_outage", "java_interceptor_failover", "kafka_broker")
+)
+CLUSTER_GROUP = "cluster"
+BESIDE_THE_CLUSTER = frozenset({"tests/integration/test_soak.py"})
 
 
 def module_of(nodeid: str) -> str:
@@ -95,9 +104,11 @@ def module_of(nodeid: str) -> str:
 
 
 def worker_group(nodeid: str) -> str:
-    """What one xdist worker runs together: the Spark modules, else the test's module."""
+    """What one xdist worker runs together: the Spark modules, the cluster's, else the test's module."""
     module = module_of(nodeid)
-    return SPARK_GROUP if module in SPARK_MODULES else module
+    if module in SPARK_MODULES:
+        return SPARK_GROUP
+    return CLUSTER_GROUP if module in CLUSTER_MODULES else module
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -117,6 +128,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     strays = [module for module in strays if module not in SPARK_MODULES and module.startswith("tests/integration/")]
     if strays:
         raise pytest.UsageError(f"tests/conftest.py SPARK_MODULES lacks {', '.join(strays)}, which use Spark")
+    # An `alone` module in neither set would run beside the cluster's tests in a third process.
+    alone = {module_of(item.nodeid) for item in items if item.get_closest_marker("alone")}
+    unplaced = sorted(alone - CLUSTER_MODULES - BESIDE_THE_CLUSTER)
+    if unplaced:
+        raise pytest.UsageError(f"tests/conftest.py CLUSTER_MODULES lacks {', '.join(unplaced)}, marked alone")
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
