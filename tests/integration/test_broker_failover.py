@@ -170,6 +170,19 @@ async def close_quietly(writer: DivWriter) -> None:
         pass
 
 
+async def resume_until_one_leads(cluster: KafkaCluster, topic: str, followers: list[int]) -> str:
+    """The paused followers resumed; once one of them leads `topic`[0], their bootstrap."""
+    for follower in followers:
+        cluster.resume_node(follower)
+    survivors = bootstrap_of(cluster, *followers)
+
+    async def follower_leads() -> bool:
+        return await leader_of(survivors, topic, 0) in followers
+
+    await eventually(f"a follower elected leader of {topic}[0]", follower_leads)
+    return survivors
+
+
 async def test_a_clean_failover_with_acks_all_is_no_incident(three_nodes, tmp_path):
     cluster = three_nodes
     bootstrap = cluster.bootstrap
@@ -241,9 +254,10 @@ async def test_an_unclean_election_below_validated_offsets_is_one_rewind(three_n
         async def all_validated() -> bool:
             return await records_validated(worker, topic, 0) == only_on_a[-1] + 1
 
-        # Its commit may wait out its producer's request bound on `b` (KDIV_BROKER_TIMEOUT_S)
-        # and be written again before the next batch is validated.
-        await eventually("the worker validates the records only a holds", all_validated, timeout=75)
+        # Its commit may wait out its producer's request bound on `b` (KDIV_BROKER_TIMEOUT_S,
+        # 20 s) more than once, each try bounded by KDIV_COMMIT_TIMEOUT_S (30 s), before it is
+        # written and the next batch is validated: once it took longer than 53 s.
+        await eventually("the worker validates the records only a holds", all_validated, timeout=150)
 
         cluster.kill_node(a)
         cluster.resume_node(b)  # with c, a quorum again: a is fenced and b elected uncleanly
@@ -303,14 +317,7 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
             cluster.pause_node(follower)
         acked_alone = await send_acked(writer, topic, 0, 50, b"leader-only")
         cluster.kill_node(leader)
-        for follower in followers:
-            cluster.resume_node(follower)
-        survivors = bootstrap_of(cluster, *followers)
-
-        async def follower_leads() -> bool:
-            return await leader_of(survivors, topic, 0) in followers
-
-        await eventually(f"a follower elected leader of {topic}[0]", follower_leads)
+        survivors = await resume_until_one_leads(cluster, topic, followers)
         # Sent while the new leader is being elected, retried by the producer until it is.
         after = await send_acked(writer, topic, 0, 50, b"after")
         await writer.close()

@@ -20,7 +20,7 @@ from kdiv.div.wire import HEADER_NAME, decode
 from tests.harness.broker import read_incidents, restore, wait_until_caught_up
 from tests.harness.kafka_tools import ConsoleProducerProcess
 from tests.harness.processes import WorkerProcess
-from tests.integration.test_broker_failover import bootstrap_of, eventually, leader_of, new_topic
+from tests.integration.test_broker_failover import eventually, leader_of, new_topic, resume_until_one_leads
 from tests.integration.test_java_interceptor_faults import latest, seqs_by_producer, wait_for_end
 
 # alone: it measures how long the worker or a producer takes under a frozen or killed broker.
@@ -72,14 +72,7 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
             await asyncio.sleep(1.0)  # its acknowledgements reach the producer (ms on loopback)
             cluster.kill_node(leader)
             dead_leader_held = on_disk(cluster.node(leader), topic)
-            for follower in followers:
-                cluster.resume_node(follower)
-            survivors = bootstrap_of(cluster, *followers)
-
-            async def follower_leads() -> bool:
-                return await leader_of(survivors, topic, 0) in followers
-
-            await eventually(f"a follower elected leader of {topic}[0]", follower_leads)
+            survivors = await resume_until_one_leads(cluster, topic, followers)
             producer.send([f"after-{i}" for i in range(50)])
             producer.close()
 
