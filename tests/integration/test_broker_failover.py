@@ -38,7 +38,7 @@ from kdiv.incident.shape import Incident
 from kdiv.kafka.consume import read_snapshot
 from kdiv.kafka.topics import create_topic
 from kdiv.writer import DivWriter
-from tests.harness.broker import exact_end_offsets, read_incidents, restore, wait_until_caught_up
+from tests.harness.broker import exact_end_offsets, read_incidents, wait_until_caught_up
 from tests.harness.processes import WorkerProcess, free_port
 
 # alone: it measures how long the worker or a producer takes under a frozen or killed broker.
@@ -215,7 +215,6 @@ async def test_a_clean_failover_with_acks_all_is_no_incident(three_nodes, tmp_pa
     finally:
         await close_quietly(writer)
         worker.terminate()
-        restore(cluster)
 
 
 async def test_an_unclean_election_below_validated_offsets_is_one_rewind(three_nodes, tmp_path):
@@ -293,7 +292,6 @@ async def test_an_unclean_election_below_validated_offsets_is_one_rewind(three_n
     finally:
         await close_quietly(writer)
         worker.terminate()
-        restore(cluster)
 
 
 async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seqs(three_nodes, tmp_path):
@@ -350,7 +348,6 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
     finally:
         await close_quietly(writer)
         worker.terminate()
-        restore(cluster)
 
 
 async def _health(worker: WorkerProcess) -> tuple[str, dict]:
@@ -523,4 +520,3 @@ async def test_a_frozen_node_under_a_running_worker_is_said_or_ridden_out_never_
         if victim is not None:
             cluster.resume_node(victim)
         worker.terminate()
-        restore(cluster)

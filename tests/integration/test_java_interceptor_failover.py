@@ -133,4 +133,3 @@ async def test_acks_1_records_lost_with_their_leader_are_exactly_the_missing_seq
     finally:
         if worker is not None:
             worker.terminate()
-        restore(cluster)

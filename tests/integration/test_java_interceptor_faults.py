@@ -1,7 +1,7 @@
 """Faults planted after the fact under records Apache Kafka's console producer wrote with
 kdiv's interceptor (docs/java-producers.md): records deleted before validation, and the
-nightly job over such topics (an acks=1 loss on three nodes: test_java_interceptor_failover.py). Each expected count is
-computed by the test from the logs themselves, never from kdiv's answer."""
+nightly job over such topics (an acks=1 loss on three nodes: test_java_interceptor_failover.py).
+Each expected count is computed by the test from the logs themselves, never from kdiv's answer."""
 
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ from tests.harness.broker import (
 )
 from tests.harness.processes import WorkerProcess, free_port
 
-# alone: it measures how long the worker or a producer takes under a frozen or killed broker.
+# alone: it measures pace against a fixed bound, so it runs beside the cluster's tests (about
+# half a core), not in the parallel phase (tests/conftest.py BESIDE_THE_CLUSTER).
 pytestmark = [pytest.mark.broker, pytest.mark.alone]
 
 # How long the shapes run: in the suite two minutes, four of the demo's producer restarts and
