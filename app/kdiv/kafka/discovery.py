@@ -17,6 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from kdiv.config.settings import Settings
+from kdiv.kafka.requests import DEFAULT_REQUEST_BYTES, broker_request_max_bytes, request_limit
 from kdiv.kafka.tansu import detect_tansu, fetch_cluster_id
 from kdiv.kafka.topics import TopicCreationError, create_topic
 from kdiv.state.tables import ledger_changelog_topic_name, ledger_partition_counts
@@ -48,6 +49,9 @@ class ClusterView:
     # The id the brokers report in Metadata (None when they give none): whose reports are this
     # cluster's (kdiv.worker.report_scope).
     cluster_id: str | None = None
+    # The bytes one produce request may carry: Kafka's max.request.size default, or less where
+    # the brokers accept less (socket.request.max.bytes; kdiv.kafka.requests).
+    request_bytes: int = DEFAULT_REQUEST_BYTES
 
     @property
     def partition_counts(self) -> tuple[int, ...]:
@@ -107,6 +111,7 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
     try:
         tansu = await detect_tansu(admin)
         cluster_id = await fetch_cluster_id(admin)
+        request_bytes = request_limit(DEFAULT_REQUEST_BYTES, None if tansu else await broker_request_max_bytes(admin))
         if create_own:
             # One partition: incidents are few, and one order makes "recent" and paging simple.
             await _ensure_compacted_topic(admin, settings, settings.incidents, 1)
@@ -139,7 +144,7 @@ async def discover(settings: Settings, *, wait_s: float | None = None, create_ow
             WatchedTopic(name, counts[name], None if settings.is_changefeed(name) else lags[name])
             for name in sorted(counts)
         )
-        cluster = ClusterView(tansu=tansu, topics=topics, cluster_id=cluster_id)
+        cluster = ClusterView(tansu=tansu, topics=topics, cluster_id=cluster_id, request_bytes=request_bytes)
         if create_own:
             # A key ledger is partitioned as the compacted topics it covers.
             for partitions in ledger_partition_counts(cluster):

@@ -5,13 +5,17 @@ from __future__ import annotations
 from aiokafka import AIOKafkaProducer
 
 from kdiv.config.security import PLAINTEXT, KafkaSecurity
+from kdiv.kafka.requests import bound_requests
 
 
 def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT, **options) -> AIOKafkaProducer:
-    """A producer, not started, whose every record is acknowledged by all in-sync replicas."""
-    return AIOKafkaProducer(
+    """A producer, not started, whose every record is acknowledged by all in-sync replicas, and
+    whose every request fits in its `max_request_size` (`kdiv.kafka.requests`)."""
+    producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers, **{"acks": "all", "linger_ms": 5, **security.aiokafka_kwargs(), **options}
     )
+    bound_requests(producer)
+    return producer
 
 
 async def started_producer(

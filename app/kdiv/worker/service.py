@@ -489,7 +489,9 @@ def build_app(
         # aiokafka sends one batch per partition per request: at 16 KiB (the default) a
         # commit's key ledger entries took dozens of round trips while the worker waited.
         # Well under Kafka's default message.max.bytes (1 MiB).
-        producer_max_batch_size=PRODUCER_BATCH_BYTES,
+        producer_max_batch_size=min(PRODUCER_BATCH_BYTES, cluster.request_bytes // 2),
+        # Every produce request within what the brokers accept (kdiv.kafka.requests).
+        producer_max_request_size=cluster.request_bytes,
         # Faust's default is 20 minutes: a request the broker never answers would hold a
         # commit that long. Bounded, a commit fails and is written again (docs/worker.md#liveness).
         producer_request_timeout=settings.broker_timeout_s,

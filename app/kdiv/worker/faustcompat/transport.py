@@ -42,6 +42,7 @@ from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
+from kdiv.kafka.requests import bound_requests
 from kdiv.kafka.tansu import end_offsets
 from kdiv.worker.faustcompat.batches import BatchDrainConsumer
 from kdiv.worker.faustcompat.epochs import end_offsets_for_epochs
@@ -286,16 +287,28 @@ class TansuConsumer(KdivConsumer):
     thread_class = TansuConsumerThread
 
 
+class KdivProducer(faust_aiokafka.Producer):
+    """Faust's aiokafka producer, each request within its `max_request_size`
+    (`kdiv.kafka.requests`: a state write of 1,000 partitions was one request of 107 MB)."""
+
+    def _new_producer(self, transactional_id=None):
+        producer = super()._new_producer(transactional_id)
+        bound_requests(producer)
+        return producer
+
+
 class KdivTransport(faust_aiokafka.Transport):
     """The transport of broker URLs `kdiv://`."""
 
     Consumer = KdivConsumer
+    Producer = KdivProducer
 
 
 class TansuTransport(faust_aiokafka.Transport):
     """The transport of broker URLs `kdiv-tansu://`."""
 
     Consumer = TansuConsumer
+    Producer = KdivProducer
 
 
 drivers.TRANSPORTS.aliases[KAFKA_SCHEME] = f"{__name__}:KdivTransport"
