@@ -87,6 +87,34 @@ class RestoreListener:
             ids[schema_id] = offset
             self.new_ids = True
 
+    def on_bulk(self, changelog: str, partition: int, records: list[tuple[int, bytes | None]], end: int) -> None:
+        """Count a slice of changelog records (offset, value) restored in bulk up to `end`,
+        and note their schema ids: as `on_record` for each and `on_batch` for all."""
+        first, last = records[0][0], records[-1][0]
+        tp = (changelog, partition)
+        restore = self.active.get(tp)
+        if restore is None:
+            restore = self.active[tp] = PartitionRestore(changelog, partition, self.clock(), first, end)
+            log.info("restore start: %s[%d] from offset %d to %d", changelog, partition, first, end)
+        restore.records += len(records)
+        restore.batches += 1
+        restore.last_offset = last
+        self.totals.batches += 1
+        self.totals.records += len(records)
+        ids = self.schema_ids.setdefault(tp, {})
+        seen = -1
+        for offset, value in records:
+            if value is None:
+                continue
+            schema_id = schema_id_of(value)
+            if schema_id is None:
+                self.unframed += 1
+            elif schema_id != seen:  # a run of one id: looked up once
+                seen = schema_id
+                if schema_id not in ids:
+                    ids[schema_id] = offset
+                    self.new_ids = True
+
     def on_batch(self, changelog: str, partitions: Iterable[int], size: int) -> None:
         """Note a batch of restored records."""
         self.totals.batches += 1

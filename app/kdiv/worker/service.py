@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import cast
 
 import faust
+from aiokafka import AIOKafkaConsumer
 from faust.types import TP, EventT
 
 from kdiv.clock import wall_clock_ms
@@ -46,6 +47,13 @@ from kdiv.worker.changefeeds import ChangefeedChecks
 from kdiv.worker.credentials import faust_credentials
 from kdiv.worker.divtopics import DivTopics
 from kdiv.worker.faustcompat.batches import attach_batch_handler
+from kdiv.worker.faustcompat.bulkrestore import (
+    BulkRestore,
+    KdivTableManager,
+    bulk_restore_of,
+    ensure_whole,
+    install_bulk_restore,
+)
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
@@ -359,6 +367,12 @@ class ValidationWorker:
         # Here, not at import: the worker and its web views run while the registry is down.
         # Faust awaits this before the stream resumes, so nothing is written before.
         await self.schemas.register_state_schema()
+        bulk = bulk_restore_of(self.app)
+        if bulk is not None:
+            # Faust's word that the restore is complete is checked: what is missing is read.
+            generation = self.app.consumer_generation_id
+            restored = {tp: table for tp in restored_partitions(self.app, table) if tp.topic == changelog}
+            await ensure_whole(bulk, restored, still_wanted=lambda: self.app.consumer_generation_id == generation)
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
         ids = await self.schemas.learn_restored(changelog, table.values())
         # Loaded once the writer schemas of what was restored are known, and before the
@@ -460,6 +474,21 @@ class ValidationWorker:
         return WorkerReadout(self)
 
 
+def restore_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """The consumer that reads the state changelogs in bulk at a restore (not started): no
+    group, committed records only, as the tables' own recovery reads them."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        client_id=f"{settings.app_id}-restore",
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        request_timeout_ms=int(settings.broker_timeout_s * 1000),
+        **settings.kafka_security.aiokafka_kwargs(),
+    )
+
+
 def build_app(
     settings: Settings, cluster: ClusterView, state_schema_id: int | None = None
 ) -> tuple[faust.App, ValidationWorker]:
@@ -505,11 +534,21 @@ def build_app(
         web_port=settings.web_port,
         autodiscover=False,
         Table=StateTable,
+        # The tables restored in bulk, and checked whole before they are loaded.
+        TableManager=KdivTableManager,
     )
     # `faust worker` sets conf.web_enabled from its own --with-web flag (default on); the
     # boot strategy's choice wins over both, so KDIV_WEB_ENABLED means what it says.
     app.boot_strategy.enable_web = settings.web_enabled
     worker = ValidationWorker(app, settings, cluster, state_schema_id)
+    install_bulk_restore(
+        app,
+        BulkRestore(
+            new_consumer=lambda: restore_consumer(settings),
+            listener=worker.restore,
+            idle_timeout_s=settings.broker_timeout_s,
+        ),
+    )
     # Subscribed through Faust (assignment, commits, co-partitioned tables); the records
     # themselves go to the worker in whole fetched batches, not through a stream.
     app.topics.add(app.topic(*(t.name for t in cluster.topics), key_type=bytes, value_type=bytes))

@@ -24,11 +24,22 @@ def restored_partitions(app: Any, table: Any) -> Any:
 
 
 def recovery_status(app: Any) -> dict:
-    """Whether tables are recovering, and how many changelog records are left."""
+    """Whether tables are recovering, and how many changelog records are left: by Faust's
+    count, and by kdiv's own against the end offsets read at assignment
+    (`kdiv.worker.faustcompat.bulkrestore`), which holds until every assigned partition's
+    store has read to its end, whatever Faust says."""
     recovery = app.tables.recovery
+    active = recovery.active_remaining_total()
+    bulk = getattr(recovery, "bulk", None)
+    in_progress = bool(recovery.in_recovery)
+    if bulk is not None:
+        left = bulk.remaining()
+        # While kdiv reads in bulk, Faust's count is from offsets it has not updated yet.
+        active = left if bulk.running else max(active, left)
+        in_progress = in_progress or bulk.running or left > 0
     return {
-        "in_progress": bool(recovery.in_recovery),
-        "active_remaining": recovery.active_remaining_total(),
+        "in_progress": in_progress,
+        "active_remaining": active,
         "standby_remaining": recovery.standby_remaining_total(),
     }
 
