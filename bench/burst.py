@@ -29,8 +29,8 @@ heartbeat expiries, "Thread keepalive" warnings, rejoins/joins/generations, and 
 InvalidReceiveException / "larger than" (requests over socket.request.max.bytes).
 
 --takeover (default): after the last mode, SIGKILL the worker and start a new one with the same
-app id and a new, empty data dir (its state comes back from the changelog), then once more
-killed and started keeping the data dir. Per takeover: launch -> `/health` ready, launch ->
+app id and data dir, then once more killed and started with a new, empty data dir (its state
+comes back from the changelog alone). Per takeover: launch -> `/health` ready, launch ->
 state whole (`/partitions/`: every partition not recovering and its `producers` summing to
 P*G), whether `/health` said ready before that (and how many producers `/partitions/` showed
 then), changelog records (the changelog's end offsets, `kdiv_restore_records_total` from
@@ -94,8 +94,11 @@ GOAL_NEW_OVER_KNOWN = 3.0
 
 WORKER_PATTERNS = {
     "Heartbeat session expired": re.compile(r"Heartbeat session expired", re.I),
+    "Heartbeat failed": re.compile(r"Heartbeat failed", re.I),
     "Thread keepalive": re.compile(r"Thread keepalive", re.I),
-    "rejoin": re.compile(r"rejoin", re.I),
+    "Task timed out": re.compile(r"Task timed out", re.I),
+    "Timer ... overlapping": re.compile(r"Timer \S+ is overlapping"),
+    "rejoin": re.compile(r"re-?join", re.I),
     "Joined group": re.compile(r"Joined group", re.I),
     "generation": re.compile(r"generation", re.I),
 }
@@ -107,6 +110,32 @@ BROKER_PATTERNS = {
 
 class BenchError(RuntimeError):
     pass
+
+
+def app_snapshot(source: str, workdir: Path) -> tuple[Path, str]:
+    """Where the workers import `kdiv` from, and what it is. `head`: a `git archive` of HEAD's
+    app/ (committed code only); `tree`: a copy of the working tree's app/ as it is now; `live`:
+    the working tree itself (a change made to it during the run reaches the workers started
+    after it: the figures then mix versions)."""
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "app").splitlines()]
+    if source == "live":
+        return ROOT / "app", f"the working tree, live (HEAD {head}, {len(dirty)} files changed under app/ now)"
+    target = workdir / "app-snapshot"
+    if source == "head":
+        target.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", "HEAD", "app"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+        return target / "app", f"HEAD {head} (git archive; {len(dirty)} uncommitted files under app/ left out)"
+    shutil.copytree(ROOT / "app", target / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    return (
+        target / "app",
+        f"the working tree copied at start (HEAD {head} + {len(dirty)} changed files: {', '.join(dirty)[:200]})",
+    )
 
 
 def load() -> str:
@@ -226,6 +255,9 @@ class Prober(threading.Thread):
 # -- the worker ---------------------------------------------------------------------------------
 
 
+STARTED: list[Worker] = []  # every worker started, stopped at exit whatever happens
+
+
 class Worker:
     """One `faust -A kdiv.worker.main worker` subprocess in its own process group."""
 
@@ -249,7 +281,7 @@ class Worker:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KDIV_") or k == "KDIV_BROKER_FLAVOR"}
         env.update(
             PYTHONUNBUFFERED="1",
-            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "app"), str(ROOT), os.environ.get("PYTHONPATH")])),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(self.args.app_dir), str(ROOT), os.environ.get("PYTHONPATH")])),
             KDIV_BOOTSTRAP=self.bootstrap,
             KDIV_TOPICS=self.topic,
             KDIV_APP_ID=self.app_id,
@@ -268,6 +300,7 @@ class Worker:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.launched = time.monotonic()
+            self.launched_wall = time.time()
             self.proc = subprocess.Popen(
                 [str(BIN / "faust"), "-A", "kdiv.worker.main", "worker", "-l", "info"],
                 cwd=ROOT,
@@ -277,6 +310,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        STARTED.append(self)
         return self
 
     @property
@@ -391,19 +425,33 @@ def build_batches(producer: AIOKafkaProducer, per_partition, partitions: int, ch
     return out
 
 
-async def send_batches(producer: AIOKafkaProducer, topic: str, batches, rate: float | None) -> float:
-    """Send every batch (at `rate` records/s when given); seconds until all are acknowledged."""
+async def send_batches(
+    producer: AIOKafkaProducer, topic: str, batches, rate: float | None, max_in_flight_bytes: int
+) -> float:
+    """Send every batch (at `rate` records/s when given); seconds until all are acknowledged.
+
+    At most `max_in_flight_bytes` of batches unacknowledged at a time: aiokafka puts every
+    ready batch for a broker into one produce request, whatever their total, and a broker
+    closes the connection on a request over its socket.request.max.bytes (100 MiB by default;
+    1 000 partitions' batches of 2 000 records make one of 148 MB)."""
     started = time.monotonic()
     sent = 0
-    futures = []
+    pending: list[tuple[asyncio.Future, int]] = []
+    in_flight = 0
     for partition, batch, count in batches:
         if rate:
             wait = started + sent / rate - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-        futures.append(await producer.send_batch(batch, topic, partition=partition))
+        size = batch.size()
+        while pending and in_flight + size > max_in_flight_bytes:
+            future, done_size = pending.pop(0)
+            await future
+            in_flight -= done_size
+        pending.append((await producer.send_batch(batch, topic, partition=partition), size))
+        in_flight += size
         sent += count
-    await asyncio.gather(*futures)
+    await asyncio.gather(*(future for future, _ in pending))
     return time.monotonic() - started
 
 
@@ -528,7 +576,7 @@ async def run_pass(
         for probe in probes:
             probe.start()
         started = time.monotonic()
-        sender = asyncio.ensure_future(send_batches(producer, topic, batches, rate))
+        sender = asyncio.ensure_future(send_batches(producer, topic, batches, rate, args.max_in_flight_bytes))
         write_s = await sender
         del batches
         print(
@@ -674,6 +722,42 @@ def metric_sum(text: str, name: str) -> float:
     return total
 
 
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+TIMELINE = {
+    "joined group": re.compile(r"Joined group"),
+    "RocksDB opens ('opening partition')": re.compile(r"opening partition \d+ for gen"),
+    "changelog partitions started ('restore start')": re.compile(r"restore start: "),
+    "Faust 'Still fetching changelog topics'": re.compile(r"Still fetching changelog topics"),
+    "Faust 'Restore complete'": re.compile(r"Restore complete"),
+    "'restore end' lines": re.compile(r"restore end: "),
+    "Faust 'Worker]: Ready'": re.compile(r"\[\^Worker\]: Ready"),
+}
+
+
+def timeline(worker: Worker) -> list[str]:
+    """Seconds from launch of the first and last log line of each step of a takeover."""
+    spans: dict[str, list[float]] = {}
+    for line in worker.log_text().splitlines():
+        match = LOG_TIME.match(line)
+        if not match:
+            continue
+        for name, pattern in TIMELINE.items():
+            if pattern.search(line):
+                at = time.mktime(time.strptime(match[1][:19], "%Y-%m-%d %H:%M:%S")) + int(match[1][20:]) / 1000
+                spans.setdefault(name, []).append(at - worker.launched_wall)
+    out = []
+    for name in TIMELINE:
+        times = spans.get(name)
+        if times:
+            span = (
+                f"+{times[0]:.1f} s"
+                if len(times) == 1
+                else f"+{times[0]:.1f} .. +{times[-1]:.1f} s ({len(times)} lines)"
+            )
+            out.append(f"{name} {span}")
+    return out
+
+
 RECOVERY_LINE = re.compile(r"Still fetching changelog topics for recovery.*?total remaining[^0-9]*([0-9,._]+)", re.I)
 
 
@@ -766,6 +850,7 @@ async def takeover(ctx: Context, old: Worker, keep_data: bool, number: int) -> t
         f"{result['recovery_lines']} (first total remaining: {result['recovery_first_remaining']}); "
         f"RSS {mib(result['rss'])}; log: {fmt_counts(result['log_counts'])} ({result['load']})"
     )
+    print("  timeline from the worker log (s after launch): " + "; ".join(timeline(new)))
     if spy is not None and profile.exists():
         print(f"  py-spy (--gil, 100 Hz) launch -> whole, raw stacks in {profile}:")
         for line in summarize_profile(profile, 12):
@@ -841,10 +926,12 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker: KafkaCluster |
             if i < len(modes) - 1 and worker is not None:
                 worker.stop()  # one worker at a time
         if args.takeover and last_worker is not None and runs[-1].get("pass1") is not None:
-            new, result = await takeover(ctx, last_worker, keep_data=False, number=1)
+            # Kept first: it takes over the whole state the run left; then removed, from the
+            # changelog alone (the kept one's data dir is removed).
+            new, result = await takeover(ctx, last_worker, keep_data=True, number=1)
             workers.append(new)
             takeovers.append(result)
-            new2, result2 = await takeover(ctx, new, keep_data=True, number=2)
+            new2, result2 = await takeover(ctx, new, keep_data=False, number=2)
             workers.append(new2)
             takeovers.append(result2)
         broker_counts = count_lines(ctx.broker_log(), BROKER_PATTERNS)
@@ -879,6 +966,9 @@ def main() -> None:
     )
     parser.add_argument("--value-size", type=int, default=10)
     parser.add_argument("--max-request-size", type=int, default=1 << 20, help="the bench producer's max_request_size")
+    parser.add_argument(
+        "--max-in-flight-bytes", type=int, default=16 << 20, help="the bench producer's unacknowledged bytes at most"
+    )
     parser.add_argument("--stall-s", type=float, default=90.0, help="no committed progress this long: a stall")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds a pass may take to be committed")
     parser.add_argument("--ready-timeout", type=float, default=300.0)
@@ -887,6 +977,12 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=5.0, help="wait after ready before the empty baseline")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="more worker environment")
     parser.add_argument("--profile-takeover", action="store_true", help="py-spy on each takeover's new worker")
+    parser.add_argument(
+        "--app-source",
+        choices=("head", "tree", "live"),
+        default="head",
+        help="the workers' kdiv: HEAD's app/ (default), a copy of the working tree's, or the working tree live",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workers' data dirs and logs")
     args = parser.parse_args()
 
@@ -907,6 +1003,8 @@ def main() -> None:
             broker = KafkaCluster(port=0, settings=settings).start()
             bootstrap = broker.bootstrap
             print(f"broker: Apache Kafka on {bootstrap} {settings or ''}, log {broker.nodes[0].output_file}")
+        args.app_dir, what = app_snapshot(args.app_source, workdir)
+        print(f"workers import kdiv from {args.app_dir}: {what}")
         if not os.environ.get("KDIV_SCHEMA_REGISTRY_URL"):
             registry = DevRegistryProcess(bootstrap).start()
             os.environ["KDIV_SCHEMA_REGISTRY_URL"] = registry.url
@@ -916,6 +1014,8 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit("interrupted")
     finally:
+        for worker in STARTED:
+            worker.stop()
         if registry is not None:
             registry.stop()
         if broker is not None:
