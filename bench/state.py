@@ -233,8 +233,8 @@ def measure_new_producers(producers: int, records_each: int, partitions: int, wi
         print(f"      {what:<44} {size:7.1f}")
     for label, traced, rss, rows in (
         (
-            f"right after validation ({unpacked:,} unpacked, at most about 2x UNPACKED_MAX "
-            f"{tracker_module.UNPACKED_MAX} per partition)",
+            f"right after validation ({unpacked:,} unpacked, at most about 2x the shared bound, UNPACKED_MAX "
+            f"{tracker_module.UNPACKED_MAX} over all partitions, at least UNPACKED_MIN {tracker_module.UNPACKED_MIN} each)",
             active,
             rss_active,
             rows_active,

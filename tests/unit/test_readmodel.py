@@ -197,3 +197,20 @@ def test_a_restore_that_moves_is_recovering_and_one_that_stands_still_is_stalled
     said = [reason for reason in body["reasons"] if reason.startswith("restoring the tables stalled since")]
     wanted = "restoring the tables stalled since 2023-11-14T22:13:20.000Z: 4400 changelog records left"
     assert said == ([wanted] if restore_stalled else [])
+
+
+@pytest.mark.parametrize("configured_registry", [True, False])
+def test_before_the_state_schema_is_registered_a_worker_without_a_registry_is_recovering(
+    configured_registry: bool,
+) -> None:
+    """The state schema is registered once the tables are restored: with no registry set, a
+    worker restoring its tables is recovering, not waiting for a registry it will never ask;
+    with one, it waits for it once the restore is done."""
+    parts, model = _model(configured_registry=configured_registry)
+    parts.state_schema_ready.clear()
+    code, body = status.health(model)
+    assert (code, body["status"]) == (503, "waiting_for_registry" if configured_registry else "recovering")
+    assert body["schema_registry"]["state_schema_id"] is None
+    parts.recovery_status = lambda: {"in_progress": True, "active_remaining": 10, "standby_remaining": 0}
+    code, body = status.health(model)
+    assert (code, body["status"]) == (503, "recovering")

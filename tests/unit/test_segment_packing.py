@@ -157,3 +157,32 @@ def test_after_a_rewind_a_producer_that_writes_again_is_not_taken_for_idle():
     assert isinstance(tracker.segments[GUID_A], Segment)
     tracker.pack_idle()  # not moved since: packed
     assert isinstance(tracker.segments[GUID_A], bytes)
+
+
+def test_the_unpacked_states_are_bounded_across_partitions_not_per_partition():
+    """A worker of many partitions, each with a few hundred new producers (a burst over 1,000
+    partitions): the unpacked states of all partitions together stay within the shared bound,
+    where a bound per partition let every one of them stay unpacked."""
+    partitions, producers, run = 400, 200, 10
+    v = DataIntegrityValidator()
+    touched: set[bytes] = set()
+    results: list = []
+    peak = 0
+    streams = []
+    for p in range(partitions):
+        log = Log()
+        records = []
+        for n in range(producers):
+            guid = (p * producers + n).to_bytes(16, "big")
+            records += log.add_outgoing(DivStamper(guid).data("t", p, b"k", b"v", STREAM_NOW))
+        streams.append(records)
+    for start in range(0, len(streams[0]), run):
+        for p in range(partitions):
+            v.validate_run("t", p, streams[p][start : start + run], 0, NOW, touched, set(), results)
+        peak = max(peak, sum(len(v.partition("t", p).tracker.segments.active) for p in range(partitions)))
+    assert [r.verdict.value for r in results] == ["OK"] * len(results)
+    assert sum(len(v.partition("t", p).tracker.segments) for p in range(partitions)) == partitions * producers
+    # Twice the share left unpacked by a pass, a pass's own crowd, and a run between passes.
+    bound = 3 * max(tracker_module.UNPACKED_MAX, getattr(tracker_module, "UNPACKED_MIN", 16) * partitions)
+    bound += partitions * run
+    assert peak <= bound < partitions * producers, (peak, bound)

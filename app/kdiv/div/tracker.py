@@ -38,10 +38,27 @@ from kdiv.div.wire import ChecksumType, DivHeader, Kind
 Tolerate = Callable[[], bool]
 _UINT64_MASK = (1 << 64) - 1
 # Unpacked producer states (a `Segment` object each, about 510 bytes where a packed one takes
-# under 100) per partition past which idle ones are packed between records, not only at
-# checkpoints: a burst of new producers holds at most about twice as many unpacked.
-UNPACKED_MAX = 1024
+# under 100) across all partitions of a validator past which idle ones are packed between
+# records, not only at checkpoints: a burst of new producers holds at most about twice as many
+# unpacked. Shared by the partitions (`UnpackedBudget`), each allowed at least `UNPACKED_MIN`:
+# a worker of 1,000 partitions with a bound of 1,024 each held a million unpacked (500 MB).
+UNPACKED_MAX = 8192
+UNPACKED_MIN = 16
 _SEQ_BITS = 0xFFFFFFFF
+
+
+class UnpackedBudget:
+    """The unpacked producer states one partition may hold before its idle ones are packed:
+    `UNPACKED_MAX` shared by the validator's partitions, at least `UNPACKED_MIN` each."""
+
+    __slots__ = ("per_partition",)
+
+    def __init__(self, partitions: int = 1) -> None:
+        self.per_partition = UNPACKED_MAX
+        self.shared_by(partitions)
+
+    def shared_by(self, partitions: int) -> None:
+        self.per_partition = max(min(UNPACKED_MIN, UNPACKED_MAX), UNPACKED_MAX // max(partitions, 1))
 
 
 def _never() -> bool:
@@ -51,9 +68,9 @@ def _never() -> bool:
 class PartitionTracker:
     """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
 
-    __slots__ = ("_idle_at_or_below", "_pack_over", "implicit_segments", "segments", "window")
+    __slots__ = ("_crowd", "_idle_at_or_below", "budget", "implicit_segments", "segments", "window")
 
-    def __init__(self, window: int = 0, implicit_segments: bool = True) -> None:
+    def __init__(self, window: int = 0, implicit_segments: bool = True, budget: UnpackedBudget | None = None) -> None:
         # Seqs per producer whose CRCs the exact accounting keeps (`kdiv.div.exact`); 0: off.
         self.window = window
         # Does the first record seen of an implicit segment register it (module docstring)?
@@ -65,8 +82,10 @@ class PartitionTracker:
         # The highest last offset of the unpacked producers at the last `pack_idle`: offsets
         # only grow, so one still at or below it has not moved since (no mark per producer).
         self._idle_at_or_below = -1
-        # Unpacked producers past which `pack_crowded` packs the idle ones.
-        self._pack_over = UNPACKED_MAX
+        # Unpacked producers past which `pack_crowded` packs the idle ones: the budget's share,
+        # or twice those left unpacked (still moving) by the last pass, whichever is more.
+        self.budget = UnpackedBudget() if budget is None else budget
+        self._crowd = 0
 
     def segment(self, guid: bytes) -> Segment | None:
         """The producer's state, unpacked for use (and kept unpacked until it is idle again)."""
@@ -84,7 +103,7 @@ class PartitionTracker:
         self.segments = ProducerStates()
         self.segments.put_packed((g, s if isinstance(s, bytes) else s.pack()) for g, s in producers.items())
         self._idle_at_or_below = -1
-        self._pack_over = UNPACKED_MAX
+        self._crowd = 0
 
     def evict(self, guids: list[bytes]) -> None:
         """Forget these producers: one seen again is a producer never seen before."""
@@ -108,7 +127,7 @@ class PartitionTracker:
             # A dict keeps its table when entries leave: the copy is sized to what is left.
             self.segments.active = active = dict(active)
         # Twice what is left: a crowd that keeps moving is looked at less and less often.
-        self._pack_over = max(UNPACKED_MAX, 2 * len(active))
+        self._crowd = 2 * len(active)
 
     def rewound(self, first_offset: int) -> None:
         """The partition's log was rewound to `first_offset` (offsets from there on come
@@ -119,7 +138,8 @@ class PartitionTracker:
         """Between records: with more than `UNPACKED_MAX` producers unpacked (a burst of new
         producers), pack those idle since the last such pass, as a checkpoint would. What is
         packed and what is not changes no verdict; it bounds the memory of unpacked states."""
-        if len(self.segments.active) > self._pack_over:
+        unpacked = len(self.segments.active)
+        if unpacked > self._crowd and unpacked > self.budget.per_partition:
             self.pack_idle()
 
     def accept_in_order(

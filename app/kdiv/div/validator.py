@@ -28,7 +28,7 @@ from kdiv.div.faults import (
 from kdiv.div.ledger import DATA_FLAGS, TOMBSTONE_FLAGS, pack_fields, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
 from kdiv.div.segment import Segment, last_offsets, last_producer_ts, latest_producer_ts
-from kdiv.div.tracker import PartitionTracker
+from kdiv.div.tracker import PartitionTracker, UnpackedBudget
 from kdiv.div.wire import (
     COMMON_SIZE,
     DATA_VERSIONS,
@@ -182,6 +182,8 @@ class DataIntegrityValidator:
         self._start_in_push = start_in_push
         self.max_age_ms = max_age_ms
         self.partitions: dict[tuple[str, int], PartitionValidation] = {}
+        # The unpacked producer states all partitions may hold, shared among them.
+        self._unpacked = UnpackedBudget()
 
     @property
     def start_in_push(self) -> bool:
@@ -194,8 +196,9 @@ class DataIntegrityValidator:
         state = self.partitions.get(key)
         if state is None:
             state = self.partitions[key] = PartitionValidation(
-                tracker=PartitionTracker(self.window, self._exact), in_push=self._start_in_push
+                tracker=PartitionTracker(self.window, self._exact, self._unpacked), in_push=self._start_in_push
             )
+            self._unpacked.shared_by(len(self.partitions))
         return state
 
     def restore_partition(
@@ -205,11 +208,14 @@ class DataIntegrityValidator:
         state.tracker.window = self.window
         state.tracker.implicit_segments = self._exact
         state.tracker.install(producers)
+        state.tracker.budget = self._unpacked
         self.partitions[(topic, partition)] = state
+        self._unpacked.shared_by(len(self.partitions))
 
     def clear_partition(self, topic: str, partition: int) -> None:
         """Forget a partition's state (its owner moved it elsewhere)."""
         self.partitions.pop((topic, partition), None)
+        self._unpacked.shared_by(len(self.partitions))
 
     def _topic_policy(self, topic: str) -> TopicPolicy:
         policy = self._policies.get(topic)

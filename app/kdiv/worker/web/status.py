@@ -55,17 +55,22 @@ def health(worker: WorkerReadModel) -> tuple[int, dict]:
     # Degraded: serving, but its state is under a subject its readers do not look in.
     findings = worker.state_schema_findings()
     registry = worker.registry()
-    waiting = not worker.state_schema_ready()
+    # The state schema is registered once the tables are restored: until then, with no
+    # registry configured, the worker is recovering, not waiting for one.
+    schema_pending = not worker.state_schema_ready()
+    waiting = schema_pending and registry.configured
     liveness = worker.liveness()
     # Stalled: validation makes no progress where records wait (docs/worker.md#liveness).
     stalled = liveness.is_stalled
     # A restore that makes no progress is stalled, not recovering (docs/worker.md#liveness).
-    restore_moving = recovery["in_progress"] and liveness.restore_stalled_since_ms is None
+    restore_moving = (recovery["in_progress"] or (schema_pending and not waiting)) and (
+        liveness.restore_stalled_since_ms is None
+    )
     status = (
-        "waiting_for_registry"
-        if waiting
-        else "recovering"
+        "recovering"
         if restore_moving
+        else "waiting_for_registry"
+        if waiting
         else "stalled"
         if stalled
         else "degraded"
@@ -102,7 +107,7 @@ def health(worker: WorkerReadModel) -> tuple[int, dict]:
         "schema_registry": {
             "configured": registry.configured,
             "url": registry.url,
-            "state_schema_id": None if waiting else worker.state_schema_id(),
+            "state_schema_id": None if schema_pending else worker.state_schema_id(),
             "available": registry.available,
             "last_error": registry.last_error,
             "unchecked_records": worker.counters().schema_unchecked_records,
@@ -110,7 +115,7 @@ def health(worker: WorkerReadModel) -> tuple[int, dict]:
     }
     # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
     # faults, reported but not a reason to restart the worker.
-    return (503 if recovery["in_progress"] or waiting or stalled else 200), body
+    return (503 if recovery["in_progress"] or schema_pending or stalled else 200), body
 
 
 def last_reconciliation(worker: WorkerReadModel) -> tuple[int, dict]:
