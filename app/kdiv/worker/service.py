@@ -62,6 +62,7 @@ from kdiv.worker.faustcompat.internals import (
     restored_partitions,
 )
 from kdiv.worker.faustcompat.sink import FaustSink
+from kdiv.worker.faustcompat.stores import STORE_SCHEME
 from kdiv.worker.faustcompat.transport import (
     broker_url,
 )
@@ -504,7 +505,8 @@ def build_app(
         broker=broker_url(settings.bootstrap, tansu=cluster.tansu),
         # Faust hands these to its consumer, producers and topic-creating client alike.
         broker_credentials=faust_credentials(settings.kafka_security),
-        store="rocksdb://",
+        # Faust's RocksDB store, all partitions' databases within one memory budget.
+        store=f"{STORE_SCHEME}://",
         datadir=str(settings.data_dir),
         processing_guarantee=settings.processing_guarantee,
         # Takeover after a worker dies takes about two session timeouts (docs/worker.md#takeover).

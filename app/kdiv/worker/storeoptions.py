@@ -2,9 +2,11 @@
 
 Faust opens one RocksDB database per table partition, each with its own memtables and block
 cache; its defaults (three 64 MiB write buffers and a 2 GiB block cache per database) let
-each partition's store grow by hundreds of MiB under a burst of new producers. The worker
-reads a producer's saved state once, when it loads the partition, so a small cache costs
-little; writes are batched per commit, so a few MiB of memtable hold many commits.
+each partition's store grow by hundreds of MiB under a burst of new producers. The worker's
+databases share one block cache and one memtable budget instead
+(`kdiv.worker.faustcompat.stores`): its RocksDB memory does not grow with the partition count.
+The worker reads a producer's saved state once, when it loads the partition, so a small cache
+costs little; writes are batched per commit, so a few MiB of memtable hold many commits.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ def rocksdb_options(settings: Settings) -> dict[str, Any]:
     return {
         "write_buffer_size": settings.rocksdb_write_buffer_bytes,
         "max_write_buffer_number": settings.rocksdb_write_buffers,
-        "block_cache_size": settings.rocksdb_block_cache_bytes,
-        # Used by the python-rocksdb driver only (rocksdict has no compressed cache).
-        "block_cache_compressed_size": settings.rocksdb_block_cache_bytes,
+        # One cache and one memtable budget for every database of the worker.
+        "shared_cache_bytes": settings.rocksdb_block_cache_bytes,
+        "memtables_bytes": settings.rocksdb_memtables_bytes,
     }
 
 
-def rocksdb_bytes_per_partition(settings: Settings) -> int:
-    """The most one partition's database holds in memtables and block cache."""
-    return settings.rocksdb_write_buffer_bytes * settings.rocksdb_write_buffers + settings.rocksdb_block_cache_bytes
+def rocksdb_bytes(settings: Settings) -> int:
+    """The most the worker's databases hold in memtables and block cache together."""
+    return settings.rocksdb_memtables_bytes + settings.rocksdb_block_cache_bytes

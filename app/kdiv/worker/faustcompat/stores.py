@@ -1,0 +1,76 @@
+"""The tables' RocksDB databases share one memory budget: a block cache and a memtable budget
+for the whole worker, not one of each per table partition.
+
+Faust opens one RocksDB database per table partition, each with memtables and a block cache of
+its own. With 1,000 partitions that is 1,000 budgets: a burst of a million new producers left
+about 200 KB of unflushed memtable in each (200 MB) while every budget was far from full. Here
+every database of the worker takes the same `rocksdict.Cache` and `rocksdict.WriteBufferManager`:
+past the shared memtable budget RocksDB flushes the largest memtables, so the worker's RocksDB
+memory is bounded by two settings, whatever the partition count (`KDIV_ROCKSDB_MEMTABLES_BYTES`,
+`KDIV_ROCKSDB_BLOCK_CACHE_BYTES`).
+
+Chosen by the store URL `kdiv-rocksdb://`; options as for Faust's `rocksdb://`, plus
+`shared_cache_bytes` and `memtables_bytes`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import rocksdict
+from faust import stores
+from faust.stores.rocksdb import RocksDBOptions, Store
+
+STORE_SCHEME = "kdiv-rocksdb"
+
+
+@functools.cache
+def shared_cache(capacity: int) -> rocksdict.Cache:
+    """One block cache per size in the process: every database of the worker uses it."""
+    return rocksdict.Cache(capacity)
+
+
+@functools.cache
+def shared_write_buffers(budget: int) -> rocksdict.WriteBufferManager:
+    """One memtable budget per size in the process. No stall: past it RocksDB flushes the
+    largest memtables; writers never wait on it."""
+    return rocksdict.WriteBufferManager(budget, False)
+
+
+class SharedMemoryOptions(RocksDBOptions):
+    """Faust's RocksDB options, with the worker's shared cache and memtable budget."""
+
+    def __init__(self, *, shared_cache_bytes: int, memtables_bytes: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.shared_cache_bytes = shared_cache_bytes
+        self.memtables_bytes = memtables_bytes
+
+    def as_options(self) -> Any:
+        options = super().as_options()
+        table = rocksdict.BlockBasedOptions()
+        # As Faust's own table options, but for the cache.
+        table.set_bloom_filter(self.bloom_filter_size, block_based=True)
+        table.set_block_cache(shared_cache(self.shared_cache_bytes))
+        table.set_index_type(rocksdict.BlockBasedIndexType.binary_search())
+        options.set_block_based_table_factory(table)
+        options.set_write_buffer_manager(shared_write_buffers(self.memtables_bytes))
+        return options
+
+
+class SharedMemoryStore(Store):
+    """Faust's RocksDB store (rocksdict), its databases under `SharedMemoryOptions`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.use_rocksdict:
+            raise RuntimeError("kdiv's tables need rocksdict (the python-rocksdb driver has no shared memory bounds)")
+        options = dict(self.options or {})
+        shared_cache_bytes = options.pop("shared_cache_bytes")
+        memtables_bytes = options.pop("memtables_bytes")
+        self.rocksdb_options = SharedMemoryOptions(
+            shared_cache_bytes=shared_cache_bytes, memtables_bytes=memtables_bytes, use_rocksdict=True, **options
+        )
+
+
+stores.STORES.aliases[STORE_SCHEME] = f"{__name__}:SharedMemoryStore"
