@@ -112,9 +112,9 @@ class BenchError(RuntimeError):
     pass
 
 
-def app_snapshot(source: str, workdir: Path) -> tuple[Path, str]:
-    """Where the workers import `kdiv` from, and what it is. `head`: a `git archive` of HEAD's
-    app/ (committed code only); `tree`: a copy of the working tree's app/ as it is now; `live`:
+def app_snapshot(source: str, workdir: Path, rev: str = "HEAD") -> tuple[Path, str]:
+    """Where the workers import `kdiv` from, and what it is. `head`: a `git archive` of `rev`'s
+    app/ (HEAD's by default: committed code only); `tree`: a copy of the working tree's app/ as it is now; `live`:
     the working tree itself (a change made to it during the run reaches the workers started
     after it: the figures then mix versions)."""
 
@@ -122,15 +122,16 @@ def app_snapshot(source: str, workdir: Path) -> tuple[Path, str]:
         return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD")
+    commit = git("rev-parse", "--short", rev)
     dirty = [line[3:] for line in git("status", "--porcelain", "--", "app").splitlines()]
     if source == "live":
         return ROOT / "app", f"the working tree, live (HEAD {head}, {len(dirty)} files changed under app/ now)"
     target = workdir / "app-snapshot"
     if source == "head":
         target.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", "HEAD", "app"], cwd=ROOT, capture_output=True, check=True).stdout
+        archive = subprocess.run(["git", "archive", commit, "app"], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-        return target / "app", f"HEAD {head} (git archive; {len(dirty)} uncommitted files under app/ left out)"
+        return target / "app", f"{rev} = {commit} (git archive; HEAD {head}, {len(dirty)} uncommitted files under app/)"
     shutil.copytree(ROOT / "app", target / "app", ignore=shutil.ignore_patterns("__pycache__"))
     return (
         target / "app",
@@ -983,6 +984,7 @@ def main() -> None:
         default="head",
         help="the workers' kdiv: HEAD's app/ (default), a copy of the working tree's, or the working tree live",
     )
+    parser.add_argument("--app-rev", default="HEAD", help="--app-source head: the commit whose app/ the workers run")
     parser.add_argument("--keep", action="store_true", help="keep the workers' data dirs and logs")
     args = parser.parse_args()
 
@@ -1003,7 +1005,7 @@ def main() -> None:
             broker = KafkaCluster(port=0, settings=settings).start()
             bootstrap = broker.bootstrap
             print(f"broker: Apache Kafka on {bootstrap} {settings or ''}, log {broker.nodes[0].output_file}")
-        args.app_dir, what = app_snapshot(args.app_source, workdir)
+        args.app_dir, what = app_snapshot(args.app_source, workdir, args.app_rev)
         print(f"workers import kdiv from {args.app_dir}: {what}")
         if not os.environ.get("KDIV_SCHEMA_REGISTRY_URL"):
             registry = DevRegistryProcess(bootstrap).start()
