@@ -12,13 +12,19 @@ import fastavro
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
 from kdiv.div.wire import ChecksumType
-from kdiv.state.codec import LOCAL_ID_BASE, LOCAL_STATE_SCHEMA_ID, LOCAL_STATE_SCHEMAS, STATE_SCHEMA_JSON
+from kdiv.state.codec import (
+    LOCAL_ID_BASE,
+    LOCAL_STATE_SCHEMA_ID,
+    LOCAL_STATE_SCHEMAS,
+    STATE_SCHEMA_JSON,
+    encode_segment,
+)
 from kdiv.state.framing import frame, unframe
 from kdiv.state.values import StateValues
 
 # The current schema's fingerprint: when it changes, the new text needs an id of its own in
 # LOCAL_STATE_SCHEMAS (state already written under the old id must still decode).
-CURRENT_FINGERPRINT = "bd0885f878b53a676257901879929367e67414c3a9bc5f083dc5c0590b414fda"
+CURRENT_FINGERPRINT = "f706828a4687427bd355edaeaf5a060e1499634b897d40d48e7457f9c2bd5242"
 
 
 def test_the_current_schema_has_its_own_local_id():
@@ -96,3 +102,51 @@ def test_state_written_now_is_framed_with_the_current_local_id_and_reads_back():
     assert values.decode(raw) == segment
     # A worker with a registry reads it too (the local versions are always known).
     assert StateValues(17).decode(raw) == segment
+
+
+def _producer_states() -> list[Segment]:
+    plain = Segment(0, 7, ChecksumType.ADHASH)
+    ringed = Segment(2, 300, ChecksumType.NONE, recent=[0] * 8)
+    ringed.last_offset, ringed.last_producer_ts = 4_000, 1_700_000_000_000
+    return [plain, ringed]
+
+
+def test_a_producer_state_is_written_packed_as_fastavro_writes_that_branch():
+    values = StateValues.unregistered()
+    current = fastavro.parse_schema(json.loads(STATE_SCHEMA_JSON))
+    for segment in _producer_states():
+        raw = values.encode(segment)
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, current, ("kdiv.state.ProducerStatePacked", {"entry": segment.pack()}))
+        assert raw == frame(LOCAL_STATE_SCHEMA_ID, out.getvalue())
+        assert values.encode_packed_producer(segment.pack()) == raw
+        assert values.decode(raw) == segment
+        assert values.packed_producer(raw) == segment.pack()
+
+
+def test_a_producer_state_written_as_a_record_loads_packed_too():
+    """States written before the packed branch (the record, under the previous version) load
+    as the packed form the tracker keeps."""
+    v3 = LOCAL_ID_BASE + 3
+    schema = fastavro.parse_schema(json.loads(LOCAL_STATE_SCHEMAS[v3]))
+    values = StateValues.unregistered()
+    for segment in _producer_states():
+        body = encode_segment(segment)  # the record branch, the same in both versions
+        fastavro.schemaless_reader(io.BytesIO(body), schema)  # written as v3 would
+        assert values.packed_producer(frame(v3, body)) == segment.pack()
+
+
+def test_a_garbled_packed_producer_state_is_refused_naming_why():
+    values = StateValues.unregistered()
+    raw = values.encode(Segment(0, 7, ChecksumType.ADHASH))
+    schema_id, body = unframe(raw)
+    bad_type = bytearray(body)
+    bad_type[-2] = 9  # no such checksum type
+    cut = body[:-3]
+    for garbled in (bytes(bad_type), cut, body + b"\x00"):
+        try:
+            values.packed_producer(frame(schema_id, garbled))
+        except ValueError as refused:
+            assert "packed producer state" in str(refused)
+        else:
+            raise AssertionError(f"garbled state {garbled!r} was loaded")

@@ -37,6 +37,7 @@ _PACKED_TS = struct.Struct("<q")
 _PACKED_TS_AT = 32
 _PACKED_OFFSET_AT = 24
 _PACKED_FLAGS_AT = 57
+_CHECKSUM_CODES = frozenset(c.value for c in ChecksumType)
 _FLAG_NAMES = ("checksum_finalized", "registered", "started", "ended", "final_segment", "new_segment")
 _HAS_CHECKSUM = 1 << len(_FLAG_NAMES)
 _STARTED, _ENDED, _FINAL = (1 << _FLAG_NAMES.index(name) for name in ("started", "ended", "final_segment"))
@@ -208,6 +209,18 @@ class Segment:
         else:
             ring = _pack_ring(recent, self.sequence_number, whole=gaps is not None)
         return b"".join((fixed, ring, b"" if gaps is None else gaps.pack()))
+
+    @staticmethod
+    def is_packed(packed: bytes) -> bool:
+        """Whether `packed` is a state `pack` could have made: read back from a store or a
+        changelog, it is untrusted. The common form (no ring, no gaps) is checked in place."""
+        if len(packed) == _PACKED.size:
+            return packed[_PACKED_FLAGS_AT - 1] in _CHECKSUM_CODES and packed[_PACKED_FLAGS_AT] < _HAS_CHECKSUM << 1
+        try:
+            Segment.unpack(packed)
+        except Exception:  # noqa: BLE001 - struct, enum and index errors of garbled bytes alike
+            return False
+        return True
 
     @staticmethod
     def unpack(packed: bytes) -> Segment:

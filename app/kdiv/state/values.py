@@ -19,13 +19,15 @@ from kdiv.state.codec import (
     LOCAL_STATE_SCHEMA_ID,
     LOCAL_STATE_SCHEMAS,
     PACKED_KEY_VALIDATION_BRANCH,
+    PRODUCER_STATE_PACKED_NAME,
     STATE_SCHEMA,
     STATE_SCHEMA_JSON,
     StateDecodeError,
     decode_state,
     encode_key_validation,
+    encode_packed_segment,
     encode_partition,
-    encode_segment,
+    packed_segment_of,
 )
 from kdiv.state.framing import FramingError, frame, unframe
 from kdiv.untrusted import parse_json, preview
@@ -50,6 +52,8 @@ class StateValues:
             **(writer_schemas or {}),
         }
         self._packed_key_validation_prefix: bytes | None = None  # made at the first use
+        # Writer schemas whose union has the packed producer state where the current one has it.
+        self._packed_producers: dict[int, bool] = {}
 
     @classmethod
     def unregistered(cls) -> StateValues:
@@ -75,7 +79,7 @@ class StateValues:
 
     def encode(self, state: Segment | PartitionValidation | KeyValidation) -> bytes:
         if isinstance(state, Segment):
-            body = encode_segment(state)
+            body = encode_packed_segment(state.pack())
         elif isinstance(state, KeyValidation):
             body = encode_key_validation(state)
         else:
@@ -89,6 +93,32 @@ class StateValues:
             prefix = self._packed_key_validation_prefix = frame(self.schema_id, PACKED_KEY_VALIDATION_BRANCH)
         return prefix + packed
 
+    def encode_packed_producer(self, packed: bytes) -> bytes:
+        """The value of a producer state already packed (`Segment.pack`)."""
+        return frame(self.schema_id, encode_packed_segment(packed))
+
+    def packed_producer(self, raw: bytes) -> bytes:
+        """A producer state value as `Segment.pack` gives it: by slicing where it was written
+        packed under a known schema, else decoded and packed; StateDecodeError otherwise."""
+        try:
+            schema_id, body = unframe(raw)
+        except FramingError as bad:
+            raise StateDecodeError(f"state value is not framed: {bad}") from None
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            raise StateDecodeError(f"state value has schema id {schema_id}, which the registry did not give")
+        packs = self._packed_producers.get(schema_id)
+        if packs is None:
+            packs = self._packed_producers[schema_id] = _has_packed_producers(writer)
+        if packs:
+            packed = packed_segment_of(body)
+            if packed is not None:
+                return packed
+        state = decode_state(body, writer)
+        if not isinstance(state, Segment):
+            raise StateDecodeError(f"holds a {type(state).__name__}, not a producer's state")
+        return state.pack()
+
     def decode(self, raw: bytes) -> Segment | PartitionValidation | KeyValidation:
         try:
             schema_id, body = unframe(raw)
@@ -98,6 +128,22 @@ class StateValues:
         if writer is None:
             raise StateDecodeError(f"state value has schema id {schema_id}, which the registry did not give")
         return decode_state(body, writer)
+
+
+def _has_packed_producers(writer: object) -> bool:
+    """Whether a (parsed) writer schema's union has the packed producer state as the current
+    schema has it, fifth (`PACKED_PRODUCER_STATE_BRANCH`), so its bodies may be sliced."""
+    if not isinstance(writer, list) or len(writer) < 5 or not isinstance(writer[4], dict):
+        return False
+    branch = writer[4]
+    fields = branch.get("fields")
+    return (
+        branch.get("name") == PRODUCER_STATE_PACKED_NAME
+        and isinstance(fields, list)
+        and len(fields) == 1
+        and fields[0].get("name") == "entry"
+        and fields[0].get("type") == "bytes"
+    )
 
 
 __all__ = ["STATE_SCHEMA_JSON", "StateValues", "changelog_subject"]

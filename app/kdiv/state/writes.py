@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kdiv.div.ledger import ledger_key
-from kdiv.div.segment import as_segment
 from kdiv.div.validator import Checkpoint, PartitionValidation
 from kdiv.state.tables import partition_key, producer_key
 from kdiv.state.values import StateValues
@@ -65,7 +64,9 @@ def partition_writes_in_slices(
     for n, guid in enumerate(sorted(changed), 1):
         segment = checkpoint.upserts.get(guid)
         if segment is not None:
-            append((producer_key(topic, partition, guid), values.encode(as_segment(segment))))
+            # Written packed: a packed state as it is, no object made for it.
+            packed = segment if isinstance(segment, bytes) else segment.pack()
+            append((producer_key(topic, partition, guid), values.encode_packed_producer(packed)))
         elif guid in evicted:
             append((producer_key(topic, partition, guid), None))
         if not n % ENCODE_SLICE:

@@ -147,18 +147,23 @@ class LiveValidation:
             tp = (state_key.topic, state_key.partition)
             if tp not in wanted or value is None:
                 continue
+            if state_key.guid is not None:
+                # Kept packed (the tracker keeps idle producers so), read by slicing where it
+                # was written packed: no million Segments, no million Avro decodes.
+                try:
+                    producers[tp][state_key.guid] = self.values.packed_producer(value)
+                except StateDecodeError as bad:
+                    self.load_errors.append(LoadError(key, str(bad)))
+                continue
             try:
                 state = self.values.decode(value)
             except StateDecodeError as bad:
                 self.load_errors.append(LoadError(key, str(bad)))
                 continue
-            if (state_key.guid is None) != isinstance(state, PartitionValidation):
+            if not isinstance(state, PartitionValidation):
                 self.load_errors.append(LoadError(key, f"holds a {type(state).__name__}, not what its key names"))
-            elif state_key.guid is None:
-                parts[tp] = cast(PartitionValidation, state)
             else:
-                # Packed at once (the tracker keeps idle producers so): no million Segments alive.
-                producers[tp][state_key.guid] = cast(Segment, state).pack()
+                parts[tp] = state
         for tp in wanted:
             part = parts.get(tp) or PartitionValidation(in_push=self.validator.start_in_push)
             self.validator.restore_partition(tp[0], tp[1], part, producers[tp])

@@ -106,7 +106,11 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("faust.stores.rocksdb:Store.offset_key", None, "bulkrestore: the persisted offset, in the restore's write batch"),
     ("faust.stores.rocksdb:RocksDBOptions.as_options", ("self",), "stores: the shared cache and memtable budget"),
     ("faust.stores.rocksdb:RocksDBOptions.bloom_filter_size", None, "stores: as Faust's table options"),
-    ("faust.stores.rocksdb:Store.__init__", ("self", "url", "app", "table"), "stores: rocksdb_options replaced after it"),
+    (
+        "faust.stores.rocksdb:Store.__init__",
+        ("self", "url", "app", "table"),
+        "stores: rocksdb_options replaced after it",
+    ),
     ("faust.stores:STORES", None, "stores: the kdiv-rocksdb:// alias"),
     ("faust.tables.recovery:Recovery.active_highwaters", None, "restore progress"),
     ("faust.tables.recovery:Recovery.actives_for_table", None, "what a table restored"),
