@@ -4,6 +4,7 @@
                           [--mode burst|paced|both] [--rate 20000] [--takeover|--no-takeover]
                           [--bootstrap HOST:PORT] [--broker-socket-request-max-bytes N]
                           [--stall-s 90] [--timeout 1500] [--profile-takeover] [--keep]
+                          [--app-source head|tree|live] [--app-rev REV] [--max-in-flight-bytes N]
 
 One broker (Apache Kafka from kdiv.dev.broker on a free port, unless --bootstrap names one;
 --broker-socket-request-max-bytes starts it with that `socket.request.max.bytes`), kdiv's dev
@@ -36,6 +37,11 @@ P*G), whether `/health` said ready before that (and how many producers `/partiti
 then), changelog records (the changelog's end offsets, `kdiv_restore_records_total` from
 `/metrics`, Faust's "Still fetching changelog topics for recovery" lines). --profile-takeover
 attaches py-spy (`pip install py-spy`) to the new worker from launch to whole.
+
+Workers run `git archive` of HEAD's app/ by default (--app-source, --app-rev): the working
+tree may change during a run, and a figure must belong to one version. The bench's producer
+keeps at most --max-in-flight-bytes unacknowledged (aiokafka sends a broker every ready batch in
+one request: with 1 000 partitions, over the broker's default socket.request.max.bytes).
 
 Every figure is printed beside its goal and the load average at the time (the machine is
 shared: a loaded machine's figures are low).
