@@ -161,5 +161,9 @@ async def test_a_worker_takes_a_backlog_on_300_partitions_in_requests_that_fit(s
         assert await settled_refusals(small_requests_broker) == refused
         assert await read_incidents(bootstrap, app_id) == {}
         assert not worker.problems(), worker.problems()
+        # A lone worker joins its group once: its 300 stores are opened after the rebalance,
+        # not inside it, where the group got no heartbeat and dropped it.
+        joined = [line for line in worker.log_text().splitlines() if "Joined group" in line]
+        assert len(joined) == 1, joined
     finally:
         worker.terminate()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from kdiv.worker.logfold import FoldRepeats, fold_repeats
+from aiokafka.errors import NotLeaderForPartitionError, UnknownError
+
+from kdiv.worker.logfold import DemoteRetriable, FoldRepeats, fold_repeats
 
 
 def test_the_same_line_repeated_is_one_line_per_window_then_a_count(caplog):
@@ -42,3 +44,17 @@ def test_other_lines_pass_and_the_filter_goes_on_every_library_logger():
     finally:
         for name in list(logging.Logger.manager.loggerDict):
             logging.getLogger(name).removeFilter(fold)
+
+
+def test_a_retriable_failure_aiokafka_logs_at_error_is_a_warning():
+    demote = DemoteRetriable()
+
+    def line(err: Exception) -> logging.LogRecord:
+        record = logging.LogRecord(
+            "aiokafka.consumer.fetcher", logging.ERROR, "f.py", 1, "Failed fetch offsets from %s: %s", (1, err), None
+        )
+        assert demote.filter(record)
+        return record
+
+    assert line(NotLeaderForPartitionError()).levelname == "WARNING"
+    assert line(UnknownError()).levelname == "ERROR"  # not retriable: left as it is

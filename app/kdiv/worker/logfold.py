@@ -1,7 +1,10 @@
 """Repeated log lines folded into one per window: a broker that goes away makes aiokafka log
 the same connection error for every request, thousands of lines a minute, which bury the one
 line that says what happened. The first line of a kind passes; the same line again within the
-window is counted, and the next one after it says how many were folded."""
+window is counted, and the next one after it says how many were folded.
+
+And a retriable failure aiokafka logs at ERROR (`DEMOTED`), which it retries by itself: a
+warning, as it is (a changelog partition a few milliseconds old has no leader yet)."""
 
 from __future__ import annotations
 
@@ -42,6 +45,29 @@ class FoldRepeats(logging.Filter):
         while len(self._kinds) > MAX_KINDS:
             self._kinds.popitem(last=False)
         return True
+
+
+# (logger, message template) aiokafka logs at ERROR whatever the failure, retrying a retriable one.
+DEMOTED = (("aiokafka.consumer.fetcher", "Failed fetch offsets from %s: %s"),)
+
+
+class DemoteRetriable(logging.Filter):
+    """An ERROR line of `DEMOTED` whose failure is retriable becomes a WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and (record.name, record.msg) in DEMOTED:
+            args = record.args if isinstance(record.args, tuple) else ()
+            if any(getattr(arg, "retriable", False) for arg in args):
+                record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        return True
+
+
+def demote_retriable() -> None:
+    """Install `DemoteRetriable` on the loggers of `DEMOTED`, first among their filters (the
+    fold then counts a line at the level it is written at)."""
+    demote = DemoteRetriable()
+    for name in {name for name, _ in DEMOTED}:
+        logging.getLogger(name).filters.insert(0, demote)
 
 
 def fold_repeats(names: Iterable[str] | None = None, window_s: float = WINDOW_S) -> FoldRepeats:

@@ -16,7 +16,7 @@ from kdiv.config.settings import Settings, SettingsError
 from kdiv.kafka.discovery import discover, run_in_own_loop
 from kdiv.kafka.failures import failure_text, refusals_explained
 from kdiv.worker.faustcompat import check_versions
-from kdiv.worker.logfold import fold_repeats
+from kdiv.worker.logfold import demote_retriable, fold_repeats
 from kdiv.worker.service import build_app
 
 # CPython collects its youngest generation every 700 new container objects. The worker makes
@@ -45,3 +45,4 @@ except KafkaConnectionError as failed:
 app, worker = build_app(settings, cluster)
 # The worker process's own log: the Kafka client's and Faust's repeated lines folded.
 fold_repeats()
+demote_retriable()

@@ -102,6 +102,23 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         "bulkrestore: the tables restored in bulk before Faust plans its reads",
     ),
     ("faust.tables.recovery:Recovery.tp_to_table", None, "bulkrestore: the table of a changelog partition"),
+    (
+        "faust.tables.recovery:Recovery._add",
+        ("self", "table", "tp", "offsets"),
+        "bulkrestore: no store opened in the callback",
+    ),
+    (
+        "faust.stores.rocksdb:Store.assign_partitions",
+        ("self", "table", "tps", "generation_id"),
+        "stores: no database opened in the rebalance callback",
+    ),
+    (
+        "faust.stores.rocksdb:Store._try_open_db_for_partition",
+        ("self", "partition"),
+        "bulkrestore: the databases opened by the recovery, with Faust's retries",
+    ),
+    ("faust.stores.rocksdb:Store.rebalance_ack", None, "stores: set as Faust's assign_partitions does"),
+    ("faust.stores.rocksdb:Store._dbs", None, "bulkrestore: the databases open"),
     ("faust.tables.manager:TableManager._recovery", None, "bulkrestore: KdivRecovery in its place"),
     ("faust.stores.rocksdb:Store.offset_key", None, "bulkrestore: the persisted offset, in the restore's write batch"),
     ("faust.stores.rocksdb:RocksDBOptions.as_options", ("self",), "stores: the shared cache and memtable budget"),

@@ -48,6 +48,14 @@ class SharedMemoryOptions(RocksDBOptions):
 
     def as_options(self) -> Any:
         options = super().as_options()
+        # What RocksDB does at each open that a worker opening 1,000 databases does not need:
+        # 4 MiB of manifest preallocated, statistics read from every file, stats dumped to the
+        # info log (11 ms an open, 5 without).
+        options.set_manifest_preallocation_size(64 << 10)
+        options.set_skip_stats_update_on_db_open(True)
+        options.set_stats_dump_period_sec(0)
+        options.set_stats_persist_period_sec(0)
+        options.set_keep_log_file_num(1)
         table = rocksdict.BlockBasedOptions()
         # As Faust's own table options, but for the cache.
         table.set_bloom_filter(self.bloom_filter_size, block_based=True)
@@ -71,6 +79,13 @@ class SharedMemoryStore(Store):
         self.rocksdb_options = SharedMemoryOptions(
             shared_cache_bytes=shared_cache_bytes, memtables_bytes=memtables_bytes, use_rocksdict=True, **options
         )
+
+    async def assign_partitions(self, table: Any, tps: Any, generation_id: int = 0) -> None:
+        """Faust opens the assigned partitions' databases here, inside the rebalance callback,
+        where the group gets no heartbeat (1,000 of them outlasted the session); they are
+        opened by the recovery instead (`kdiv.worker.faustcompat.bulkrestore.open_stores`), or
+        at their first use."""
+        self.rebalance_ack = True
 
 
 stores.STORES.aliases[STORE_SCHEME] = f"{__name__}:SharedMemoryStore"
