@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 
 import fastavro
 
+from kdiv.div.exact import GapLog
 from kdiv.div.segment import Segment
 from kdiv.div.validator import PartitionValidation
 from kdiv.div.wire import ChecksumType
@@ -150,3 +152,32 @@ def test_a_garbled_packed_producer_state_is_refused_naming_why():
             assert "packed producer state" in str(refused)
         else:
             raise AssertionError(f"garbled state {garbled!r} was loaded")
+
+
+def test_is_packed_says_yes_exactly_where_unpack_gives_back_a_state():
+    """The in-place check of a packed state against the real unpacking, on packed states of
+    every form (fixed, near ring, whole ring, gap log), cut short, lengthened and bit-flipped."""
+    rng = random.Random(7)
+    forms = _producer_states()
+    near = Segment(0, 40, ChecksumType.ADHASH, recent=[0] * 8)
+    for seq in range(35, 41):
+        near.recent[seq % 8] = (((seq + 1) & 0xFFFFFFFF) << 32) | rng.getrandbits(32)
+    gapped = near.copy()
+    gapped.gaps = GapLog(0, 40)
+    forms += [near, gapped]
+    for segment in forms:
+        packed = segment.pack()
+        candidates = [packed, packed[:-1], packed + b"\x00", packed[: len(packed) // 2]]
+        for _ in range(200):
+            flipped = bytearray(packed)
+            flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+            candidates.append(bytes(flipped))
+        for candidate in candidates:
+            try:
+                Segment.unpack(candidate)
+                unpacks = True
+            except Exception:
+                unpacks = False
+            # Where unpacking also ignores trailing bytes, is_packed is the stricter of the two.
+            assert Segment.is_packed(candidate) <= unpacks, candidate
+        assert Segment.is_packed(packed)

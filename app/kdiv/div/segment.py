@@ -213,9 +213,29 @@ class Segment:
     @staticmethod
     def is_packed(packed: bytes) -> bool:
         """Whether `packed` is a state `pack` could have made: read back from a store or a
-        changelog, it is untrusted. The common form (no ring, no gaps) is checked in place."""
-        if len(packed) == _PACKED.size:
-            return packed[_PACKED_FLAGS_AT - 1] in _CHECKSUM_CODES and packed[_PACKED_FLAGS_AT] < _HAS_CHECKSUM << 1
+        changelog, it is untrusted. The fixed part and the ring are checked in place (a
+        takeover loads a million); a gap log, rare, by unpacking it."""
+        size = len(packed)
+        fixed = _PACKED.size
+        if size < fixed or packed[_PACKED_FLAGS_AT - 1] not in _CHECKSUM_CODES:
+            return False
+        if packed[_PACKED_FLAGS_AT] >= _HAS_CHECKSUM << 1:
+            return False
+        if size == fixed:
+            return True
+        if size < fixed + _RING_SLOTS.size:
+            return False
+        (slots,) = _RING_SLOTS.unpack_from(packed, fixed)
+        at = fixed + _RING_SLOTS.size
+        if slots & _NEAR:
+            slots &= ~_NEAR
+            width = (slots + 7) // 8
+            used = int.from_bytes(packed[at : at + width], "little") & ((1 << slots) - 1)
+            at += width + used.bit_count() * _NEAR_SLOT.size
+        else:
+            at += 8 * slots
+        if at >= size:
+            return at == size
         try:
             Segment.unpack(packed)
         except Exception:  # noqa: BLE001 - struct, enum and index errors of garbled bytes alike

@@ -63,6 +63,7 @@ from kdiv.worker.faustcompat.internals import (
 )
 from kdiv.worker.faustcompat.sink import FaustSink
 from kdiv.worker.faustcompat.stores import STORE_SCHEME
+from kdiv.worker.faustcompat.tables import partition_values
 from kdiv.worker.faustcompat.transport import (
     broker_url,
 )
@@ -375,7 +376,8 @@ class ValidationWorker:
             restored = {tp: table for tp in restored_partitions(self.app, table) if tp.topic == changelog}
             await ensure_whole(bulk, restored, still_wanted=lambda: self.app.consumer_generation_id == generation)
         self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
-        ids = await self.schemas.learn_restored(changelog, table.values())
+        partitions = changelog_partitions(restored_partitions(self.app, table), changelog)
+        ids = await self.schemas.learn_restored(changelog, partition_values(table, partitions))
         # Loaded once the writer schemas of what was restored are known, and before the
         # stream resumes (Faust awaits this), not at each partition's next record: an idle
         # partition's state, owner and lag are in the views and metrics right after every
