@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+from kdiv.config.settings import Settings
+from kdiv.worker.logends import LogEnds
 from kdiv.worker.progress import MAX_READINGS, Progress
 
 KEY = ("orders", 0)
@@ -221,3 +225,33 @@ def test_a_backlog_after_a_log_that_stood_still_is_dated_by_the_last_read_that_s
     assert progress.judge(42 * S) == []
     assert progress.of(KEY, 42 * S).lag_age_ms == 2 * S
     assert [(c.key, c.since_ms) for c in progress.judge(55 * S)] == [(KEY, 40 * S)]
+
+
+def test_partitions_that_stall_together_are_one_log_line_naming_them(caplog):
+    """A burst over many partitions stalls them all at one judgement: one line when they
+    stall and one when they resume, naming 20 and counting the rest, not a line each."""
+    keys = [("orders", n) for n in range(30)]
+    progress = Progress(60 * S)
+    progress.assign(keys, 0)
+    now = [0]
+    ends = LogEnds(
+        Settings.from_env({"KDIV_TOPICS": "orders"}), progress, lambda: keys, lambda key: None, lambda: now[0]
+    )
+    for key in keys:
+        progress.starts_at(key, 0, 0)
+    progress.log_ends(dict.fromkeys(keys, (0, 0)), 0)
+    progress.log_ends(dict.fromkeys(keys, (0, 100)), 1 * S)
+    with caplog.at_level(logging.WARNING, logger="kdiv"):
+        now[0] = 62 * S
+        ends.judge()
+        for key in keys:
+            progress.validated(key, 100, 70 * S)
+        now[0] = 71 * S
+        ends.judge()
+    lines = [r.getMessage() for r in caplog.records if "validation" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("validation stalled on orders[0], orders[1], ")
+    assert "orders[19] and 10 more partitions since " in lines[0] and ": 3000 records not validated" in lines[0]
+    assert (
+        lines[1].startswith("validation resumed on orders[0], ") and "and 10 more partitions, stalled since" in lines[1]
+    )

@@ -105,29 +105,32 @@ class LogEnds:
         self.judge()
 
     def judge(self) -> None:
-        """Judge the stalls now; one log line per stall begun or ended."""
+        """Judge the stalls now; one log line for the stalls begun and one for those ended,
+        naming their partitions (a burst over 1,000 partitions stalls them all at once: one
+        line, not a thousand)."""
         progress = self.progress
         now = self.clock()
         self._log_blindness(now)
-        for change in progress.judge(now):
-            topic, partition = change.key
-            if change.began:
-                log.warning(
-                    "validation stalled on %s[%d] since %s: %s records not validated, none validated for %.0f s",
-                    topic,
-                    partition,
-                    iso_utc(change.since_ms),
-                    change.lag,
-                    (now - change.since_ms) / 1000,
-                )
-            else:
-                log.warning(
-                    "validation resumed on %s[%d], stalled since %s (%.0f s)",
-                    topic,
-                    partition,
-                    iso_utc(change.since_ms),
-                    (now - change.since_ms) / 1000,
-                )
+        changes = progress.judge(now)
+        began = [c for c in changes if c.began]
+        ended = [c for c in changes if not c.began]
+        if began:
+            since = min(c.since_ms for c in began)
+            log.warning(
+                "validation stalled on %s since %s: %s records not validated, none validated for %.0f s",
+                _named(began),
+                iso_utc(since),
+                sum(c.lag or 0 for c in began),
+                (now - since) / 1000,
+            )
+        if ended:
+            since = min(c.since_ms for c in ended)
+            log.warning(
+                "validation resumed on %s, stalled since %s (%.0f s)",
+                _named(ended),
+                iso_utc(since),
+                (now - since) / 1000,
+            )
 
     def _log_blindness(self, now: int) -> None:
         progress = self.progress
@@ -183,6 +186,16 @@ class LogEnds:
             return False
         position = await asyncio.wait_for(consumer.position(tp), timeout)
         return position >= end
+
+
+# Partitions a stall line names at most; the rest are counted.
+NAMED_AT_MOST = 20
+
+
+def _named(changes: list) -> str:
+    names = [f"{c.key[0]}[{c.key[1]}]" for c in changes[:NAMED_AT_MOST]]
+    more = len(changes) - len(names)
+    return ", ".join(names) + (f" and {more} more partitions" if more else "")
 
 
 def _describe(error: BaseException, timeout: float) -> str:
