@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib
 import inspect
 from importlib.metadata import PackageNotFoundError
+from types import SimpleNamespace
 
 import pytest
 
 from kdiv.worker.faustcompat import PRIVATE_NAMES, TESTED, UntestedRelease, check_versions
+from kdiv.worker.faustcompat.transport import within_drain_budget
 
 
 def _owner_and_attribute(path: str):
@@ -78,3 +80,16 @@ def test_a_missing_distribution_is_refused():
 
     with pytest.raises(UntestedRelease, match="faust-streaming is not installed"):
         check_versions(installed)
+
+
+def test_a_drain_takes_the_oldest_fetched_partitions_within_its_budget():
+    def fetched(size: int) -> SimpleNamespace:
+        records = SimpleNamespace(size_in_bytes=lambda: size)
+        return SimpleNamespace(_partition_records=SimpleNamespace(_records=records))
+
+    results = {("t", 3): fetched(600), ("t", 1): fetched(300), ("t", 2): fetched(300), ("u", 0): fetched(10)}
+    active = {("t", 1), ("t", 2), ("t", 3)}
+    assert within_drain_budget(results, active, 1000) == {("t", 3), ("t", 1)}  # in the order fetched
+    assert within_drain_budget(results, active, 100) == {("t", 3)}  # the first whatever its size
+    assert within_drain_budget({}, active, 100) == active  # nothing fetched: wait on all
+    assert within_drain_budget(results, None, 905) == {("t", 3), ("t", 1)}  # none given: every partition

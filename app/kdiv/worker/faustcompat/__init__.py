@@ -171,6 +171,12 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ("aiokafka.consumer.fetcher:FetchResult", None, "parsed: the worker's fetch results, made in bulk"),
     ("aiokafka.consumer.fetcher:FetchResult._update_position", ("self",), "parsed"),
     ("aiokafka.consumer.fetcher:FetchResult._partition_records", None, "parsed"),
+    (
+        "aiokafka.consumer.fetcher:Fetcher._records",
+        None,
+        "transport: the fetched results a drain takes, within a budget",
+    ),
+    ("aiokafka.consumer.fetcher:PartitionRecords._records", None, "transport: a fetched result's bytes"),
     ("aiokafka.consumer.fetcher:READ_COMMITTED", None, "parsed: aiokafka's isolation level constant"),
     (
         "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer",

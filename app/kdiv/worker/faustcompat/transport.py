@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import cast
+from typing import Any, cast
 
 import faust.transport.drivers as drivers
 from aiokafka import TopicPartition
@@ -50,6 +50,34 @@ from kdiv.worker.faustcompat.parsed import parse_in_bulk
 
 KAFKA_SCHEME = "kdiv"
 TANSU_SCHEME = "kdiv-tansu"
+
+
+# Fetched record bytes one drain of the worker's consumer hands over at most (the first
+# partition's whatever its size): what is parsed into objects at once.
+DRAIN_BYTES = 16 << 20
+
+
+def within_drain_budget(fetched: Mapping, active: Any, budget: int) -> Any:
+    """The active partitions whose fetched results, oldest first, fit in `budget` bytes (at
+    least the first); all of `active` when none is fetched yet, so the drain waits for any."""
+    chosen: set = set()
+    used = 0
+    for tp, result in list(fetched.items()):
+        if active and tp not in active:  # none given: every partition (aiokafka's rule)
+            continue
+        size = _fetched_bytes(result)
+        if chosen and used + size > budget:
+            break
+        chosen.add(tp)
+        used += size
+    return chosen or active
+
+
+def _fetched_bytes(result: Any) -> int:
+    """The record bytes a fetch result holds (an error holds none)."""
+    partition_records = getattr(result, "_partition_records", None)
+    records = getattr(partition_records, "_records", None)
+    return records.size_in_bytes() if records is not None else 0
 
 
 class _Fetched(dict):
@@ -171,8 +199,12 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def _leader_epoch_ends(self, epochs: Mapping[TP, int]) -> Mapping[TP, tuple[int, int]]:
         return await end_offsets_for_epochs(self._ensure_consumer()._client, epochs)
 
-    async def _fetch_records(self, *args, **kwargs) -> _Fetched:
-        records = _Fetched(await super()._fetch_records(*args, **kwargs))
+    async def _fetch_records(self, consumer, active_partitions, timeout=None, max_records=None) -> _Fetched:
+        # Faust drains every partition's fetched records at once: after a burst over 1,000
+        # partitions, two million records parsed into one batch (a gigabyte). Those past the
+        # budget stay fetched, as bytes, for the next call.
+        chosen = within_drain_budget(consumer._fetcher._records, active_partitions, DRAIN_BYTES)
+        records = _Fetched(await super()._fetch_records(consumer, chosen, timeout, max_records))
         records.seeks = self._seeks
         return records
 
