@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -69,6 +70,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -77,19 +79,25 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
-from bench.worker import (  # noqa: E402
-    incident_classes,
-    process_cpu_s,
-    start_py_spy,
-    stop_py_spy,
-    summarize_profile,
-    topic_sizes,
-)
 from kdiv.dev.broker import KafkaCluster  # noqa: E402
 from kdiv.dev.demo import ensure_topic  # noqa: E402
 from kdiv.dev.registry.process import DevRegistryProcess  # noqa: E402
 from kdiv.div.stamper import DivStamper  # noqa: E402
 from kdiv.div.wire import HEADER_NAME, DivHeader, Kind, encode, record_crc  # noqa: E402
+
+# bench/worker.py's helpers (CPU, incidents, topic sizes, py-spy), loaded from its file: the
+# benches are scripts, not a package, and mypy checks each once under its own name.
+_spec = importlib.util.spec_from_file_location("kdiv_bench_worker", Path(__file__).with_name("worker.py"))
+assert _spec is not None and _spec.loader is not None
+_worker_bench: Any = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _worker_bench  # its dataclasses look their module up
+_spec.loader.exec_module(_worker_bench)
+incident_classes = _worker_bench.incident_classes
+process_cpu_s = _worker_bench.process_cpu_s
+start_py_spy = _worker_bench.start_py_spy
+stop_py_spy = _worker_bench.stop_py_spy
+summarize_profile = _worker_bench.summarize_profile
+topic_sizes = _worker_bench.topic_sizes
 
 BIN = Path(sys.executable).parent
 GOAL_TAKEOVER_S = 30.0
@@ -276,6 +284,10 @@ class Worker:
         self.launched = 0.0
 
     @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
@@ -371,7 +383,7 @@ class Worker:
         last = None
         while time.monotonic() < deadline:
             if not self.alive:
-                raise BenchError(f"the worker exited ({self.proc.returncode}) before ready:\n{self.log_tail(40)}")
+                raise BenchError(f"the worker exited ({self.returncode}) before ready:\n{self.log_tail(40)}")
             status, body, _ = self.health()
             last = (status, body)
             if status == 200 and body and body.get("status") == "ready":
@@ -426,7 +438,7 @@ def build_batches(producer: AIOKafkaProducer, per_partition, partitions: int, ch
         if count:
             batches.append((partition, batch, count))
         by_partition.append(batches)
-    out = []
+    out: list = []
     for i in range(max(map(len, by_partition), default=0)):
         out.extend(batches[i] for batches in by_partition if i < len(batches))
     return out
@@ -484,7 +496,7 @@ async def wait_committed(
     while True:
         now = time.monotonic()
         if not worker.alive:
-            return None, f"the worker exited ({worker.proc.returncode}) at {last} of {total} committed"
+            return None, f"the worker exited ({worker.returncode}) at {last} of {total} committed"
         try:
             done = await committed_total(admin, worker.app_id, ends)
         except Exception as failure:
@@ -790,15 +802,15 @@ async def takeover(ctx: Context, old: Worker, keep_data: bool, number: int) -> t
     result: dict = {"keep": keep_data, "first_ready": None, "whole": None, "ready_count": None}
     deadline = new.launched + args.takeover_timeout
     last_partitions = time.monotonic() - 10
-    last_seen = (None, 0, -1)
+    last_seen: tuple[int | None, int, int] = (None, 0, -1)
     ready_while_partial = None
     try:
         while time.monotonic() < deadline:
             if not new.alive:
-                print(f"  the new worker exited ({new.proc.returncode}):\n{new.log_tail(30)}")
+                print(f"  the new worker exited ({new.returncode}):\n{new.log_tail(30)}")
                 break
             status, body, _ = new.health(5)
-            ready = status == 200 and bool(body) and body.get("status") == "ready"
+            ready = status == 200 and isinstance(body, dict) and body.get("status") == "ready"
             now = time.monotonic()
             if ready and result["first_ready"] is None:
                 result["first_ready"] = now - new.launched
@@ -927,7 +939,8 @@ async def bench(args: argparse.Namespace, bootstrap: str, broker: KafkaCluster |
         last_worker = None
         for i, mode in enumerate(modes):
             worker, figures = await run_mode(ctx, mode)
-            workers.append(worker)
+            if worker is not None:
+                workers.append(worker)
             runs.append(figures)
             last_worker = worker
             if i < len(modes) - 1 and worker is not None:

@@ -57,7 +57,8 @@ async def watch_health(url: str, seen: list[tuple[float, str, int | None]], stop
                 producers = None
                 if status == "ready":
                     _, listed = await http_json(session, "GET", f"{url}/partitions/")
-                    producers = sum(item.get("producers") or 0 for item in listed["items"])  # type: ignore[index]
+                    assert isinstance(listed, dict), listed
+                    producers = sum(int(item.get("producers") or 0) for item in listed["items"])
                 seen.append((time.monotonic(), status, producers))
             except (aiohttp.ClientError, TimeoutError):
                 seen.append((time.monotonic(), "unreachable", None))
@@ -83,7 +84,8 @@ async def test_a_takeover_restores_every_producer_before_it_is_ready_and_judges_
         worker.sigkill()
         worker.restart(keep_data=False)
         seen: list[tuple[float, str, int | None]] = []
-        watching = asyncio.create_task(watch_health(worker.url, seen, stop))  # type: ignore[arg-type]
+        assert worker.url is not None
+        watching = asyncio.create_task(watch_health(worker.url, seen, stop))
         # Every producer's next record, written while the new worker restores.
         await write_pass(bootstrap, topic, 2)
         await wait_until_caught_up(bootstrap, app_id, topic, workers=[worker], timeout=240)
