@@ -100,13 +100,7 @@ class StateValues:
     def packed_producer(self, raw: bytes) -> bytes:
         """A producer state value as `Segment.pack` gives it: by slicing where it was written
         packed under a known schema, else decoded and packed; StateDecodeError otherwise."""
-        try:
-            schema_id, body = unframe(raw)
-        except FramingError as bad:
-            raise StateDecodeError(f"state value is not framed: {bad}") from None
-        writer = self._writers.get(schema_id)
-        if writer is None:
-            raise StateDecodeError(f"state value has schema id {schema_id}, which the registry did not give")
+        schema_id, body, writer = self._unframed(raw)
         packs = self._packed_producers.get(schema_id)
         if packs is None:
             packs = self._packed_producers[schema_id] = _has_packed_producers(writer)
@@ -120,6 +114,12 @@ class StateValues:
         return state.pack()
 
     def decode(self, raw: bytes) -> Segment | PartitionValidation | KeyValidation:
+        _, body, writer = self._unframed(raw)
+        return decode_state(body, writer)
+
+    def _unframed(self, raw: bytes) -> tuple[int, bytes, object]:
+        """(schema id, body, its writer schema); StateDecodeError for a value not framed, or
+        framed with an id the registry did not give."""
         try:
             schema_id, body = unframe(raw)
         except FramingError as bad:
@@ -127,7 +127,7 @@ class StateValues:
         writer = self._writers.get(schema_id)
         if writer is None:
             raise StateDecodeError(f"state value has schema id {schema_id}, which the registry did not give")
-        return decode_state(body, writer)
+        return schema_id, body, writer
 
 
 def _has_packed_producers(writer: object) -> bool:
