@@ -88,8 +88,9 @@ def test_a_drain_takes_the_oldest_fetched_partitions_within_its_budget():
         return SimpleNamespace(_partition_records=SimpleNamespace(_records=records))
 
     results = {("t", 3): fetched(600), ("t", 1): fetched(300), ("t", 2): fetched(300), ("u", 0): fetched(10)}
-    active = {("t", 1), ("t", 2), ("t", 3)}
+    active = {("t", 1), ("t", 2), ("t", 3), ("t", 4)}
     assert within_drain_budget(results, active, 1000) == {("t", 3), ("t", 1)}  # in the order fetched
     assert within_drain_budget(results, active, 100) == {("t", 3)}  # the first whatever its size
-    assert within_drain_budget({}, active, 100) == active  # nothing fetched: wait on all
+    assert within_drain_budget(results, active, 1200) is active  # all fit: as Faust asked
+    assert within_drain_budget({}, active, 100) is active  # nothing fetched: wait on all
     assert within_drain_budget(results, None, 905) == {("t", 3), ("t", 1)}  # none given: every partition

@@ -59,18 +59,21 @@ DRAIN_BYTES = 16 << 20
 
 def within_drain_budget(fetched: Mapping, active: Any, budget: int) -> Any:
     """The active partitions whose fetched results, oldest first, fit in `budget` bytes (at
-    least the first); all of `active` when none is fetched yet, so the drain waits for any."""
+    least the first); all of `active`, as Faust asked, when every fetched result fits (the
+    drain then waits for any partition, as it always did)."""
     chosen: set = set()
     used = 0
+    left_out = False
     for tp, result in list(fetched.items()):
         if active and tp not in active:  # none given: every partition (aiokafka's rule)
             continue
         size = _fetched_bytes(result)
         if chosen and used + size > budget:
+            left_out = True
             break
         chosen.add(tp)
         used += size
-    return chosen or active
+    return chosen if left_out else active
 
 
 def _fetched_bytes(result: Any) -> int:
