@@ -1,5 +1,5 @@
 """A takeover restores the whole state before it says ready, and judges nothing before: a
-worker's state of 20,000 producer-partitions on 50 partitions, taken over after a SIGKILL by a
+worker's state of 9,000 producer-partitions on 30 partitions, taken over after a SIGKILL by a
 worker without its data directory, while every producer writes its next record.
 
 A worker that judged those records against half a state would report their producers'
@@ -22,8 +22,8 @@ from tests.harness.http import http_json
 from tests.harness.processes import WorkerProcess, free_port
 from tests.harness.streams import header
 
-PARTITIONS = 50
-PRODUCERS = 400  # per partition
+PARTITIONS = 30
+PRODUCERS = 300  # per partition
 
 
 def guid(partition: int, n: int) -> bytes:
