@@ -369,14 +369,14 @@ class ValidationWorker:
         # Here, not at import: the worker and its web views run while the registry is down.
         # Faust awaits this before the stream resumes, so nothing is written before.
         await self.schemas.register_state_schema()
+        partitions = changelog_partitions(restored_partitions(self.app, table), changelog)
         bulk = bulk_restore_of(self.app)
         if bulk is not None:
             # Faust's word that the restore is complete is checked: what is missing is read.
             generation = self.app.consumer_generation_id
-            restored = {tp: table for tp in restored_partitions(self.app, table) if tp.topic == changelog}
+            restored = {TP(changelog, partition): table for partition in partitions}
             await ensure_whole(bulk, restored, still_wanted=lambda: self.app.consumer_generation_id == generation)
-        self.restore.on_end(changelog, changelog_partitions(restored_partitions(self.app, table), changelog))
-        partitions = changelog_partitions(restored_partitions(self.app, table), changelog)
+        self.restore.on_end(changelog, partitions)
         ids = await self.schemas.learn_restored(changelog, partition_values(table, partitions))
         # Loaded once the writer schemas of what was restored are known, and before the
         # stream resumes (Faust awaits this), not at each partition's next record: an idle

@@ -161,6 +161,13 @@ def persisted_offset(table: Any, tp: TP) -> int | None:
     return table.persisted_offset(tp)
 
 
+def _advance_to_store(target: Target, table: Any, tp: TP) -> None:
+    """The target's position moved to where the store has read (after its persisted offset)."""
+    persisted = persisted_offset(table, tp)
+    if persisted is not None:
+        target.position = max(target.position, min(persisted + 1, target.end))
+
+
 def _rocksdb(table: Any, partition: int) -> rocksdict.Rdict | None:
     store = table.data
     if not isinstance(store, RocksDBStore):
@@ -178,12 +185,10 @@ async def restore_in_bulk(bulk: BulkRestore, tables: Mapping[TP, Any], ends: Map
         end = ends.get(tp)
         if end is None or end < 0:
             continue
-        persisted = persisted_offset(table, tp)
-        start = 0 if persisted is None else persisted + 1
         target = bulk.targets.get(tp)
         if target is None or target.end < end:
-            bulk.targets[tp] = target = Target(end, start)
-        target.position = max(target.position, start)
+            bulk.targets[tp] = target = Target(end, 0)
+        _advance_to_store(target, table, tp)
         db = _rocksdb(table, tp.partition)
         if db is not None and target.remaining:
             todo[tp] = (table, db, target.end)
@@ -277,15 +282,14 @@ async def ensure_whole(bulk: BulkRestore, tables: Mapping[TP, Any], *, still_wan
             return
         ends = {tp: bulk.targets[tp].end for tp in missing if tp in bulk.targets}
         for tp, table in missing.items():
-            persisted = persisted_offset(table, tp)
-            if tp in bulk.targets and persisted is not None:
-                target = bulk.targets[tp]
-                target.position = max(target.position, min(persisted + 1, target.end))
-        if not bulk.remaining(missing):
+            if tp in bulk.targets:
+                _advance_to_store(bulk.targets[tp], table, tp)
+        left = bulk.remaining(missing)
+        if not left:
             return
         log.warning(
             "the tables' restore reported complete with %d changelog records of %d partitions unread: reading them now",
-            bulk.remaining(missing),
+            left,
             len(missing),
         )
         await restore_in_bulk(bulk, missing, ends)
