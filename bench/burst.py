@@ -594,6 +594,10 @@ async def run_pass(
         ]
         for probe in probes:
             probe.start()
+        spy = None
+        profile = ctx.workdir / f"py-spy-{worker.log_path.stem}-{name.split()[1]}.txt"
+        if args.profile_passes:
+            spy = start_py_spy(worker.pid, profile, profile.with_suffix(".log"), 100)
         started = time.monotonic()
         sender = asyncio.ensure_future(send_batches(producer, topic, batches, rate, args.max_in_flight_bytes))
         write_s = await sender
@@ -606,6 +610,11 @@ async def run_pass(
         if sum(ends.values()) - sum(ends_before.values()) != records:
             print(f"    WARNING: the log ends grew by {sum(ends.values()) - sum(ends_before.values())}, not {records}")
         done_at, why = await wait_committed(admin, worker, ends, args)
+        if spy is not None:
+            stop_py_spy(spy, profile.with_suffix(".log"))
+            print(f"    py-spy (--gil, 100 Hz) first send -> all committed, raw stacks in {profile}:")
+            for line in summarize_profile(profile, 12):
+                print(f"      {line}")
         for probe in probes:
             probe.stop_event.set()
         cpu_after, rss_after, hwm = (
@@ -997,6 +1006,7 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=5.0, help="wait after ready before the empty baseline")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="more worker environment")
     parser.add_argument("--profile-takeover", action="store_true", help="py-spy on each takeover's new worker")
+    parser.add_argument("--profile-passes", action="store_true", help="py-spy on the worker through each pass")
     parser.add_argument(
         "--app-source",
         choices=("head", "tree", "live"),

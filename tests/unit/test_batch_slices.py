@@ -12,6 +12,7 @@ from kdiv.div.validator import DataIntegrityValidator
 from kdiv.div.wire import Kind
 from kdiv.state.values import StateValues
 from kdiv.worker import divtopics
+from kdiv.worker import turns as worker_turns
 from kdiv.worker.divtopics import DivTopics
 from kdiv.worker.live import LiveValidation
 from tests.harness.streams import NOW, Log
@@ -56,7 +57,7 @@ def new_live() -> LiveValidation:
 
 
 def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_go(monkeypatch):
-    monkeypatch.setattr(divtopics, "YIELD_AFTER_S", 0.0)  # a turn after every slice
+    monkeypatch.setattr(worker_turns, "TURN_S", 0.0)  # a turn after every slice
     records = new_producers_fetch(3 * divtopics.SLICE_RECORDS)
     whole = new_live()
     whole.process_run("orders", 0, records, 0, NOW, set(), [])
@@ -84,8 +85,37 @@ def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_
     assert touched == [("orders", 0)]
 
 
+def test_the_loop_runs_between_partitions_each_shorter_than_a_slice(monkeypatch):
+    # One budget across partitions: a fetch of many partitions, each under a slice, is no
+    # single turn (1,000 such partitions made turns of 0.2-0.6 s).
+    monkeypatch.setattr(worker_turns, "TURN_S", 0.0)
+    live = LiveValidation(DataIntegrityValidator(), StateValues(7))
+    for p in range(20):
+        live.load("orders", p, [])
+    fetch = new_producers_fetch(10)  # taken as each partition's (only its offsets count here)
+    fetches = dict.fromkeys(range(20), fetch)
+    path = new_div_topics(live, [])
+    seen: list[int] = []
+
+    async def run() -> None:
+        async def tick() -> None:
+            while True:
+                seen.append(sum(live.validator.partition("orders", p).records for p in range(20)))
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)
+        for p, records in fetches.items():
+            assert (await path.take(("orders", p), records, 0, NOW)).stopped_at is None
+        ticker.cancel()
+
+    asyncio.run(run())
+    between = {n for n in seen if 0 < n < 20 * 20}
+    assert len(between) >= 10, seen
+
+
 def test_a_partition_revoked_during_a_pause_is_left_alone(monkeypatch):
-    monkeypatch.setattr(divtopics, "YIELD_AFTER_S", 0.0)
+    monkeypatch.setattr(worker_turns, "TURN_S", 0.0)
     records = new_producers_fetch(divtopics.SLICE_RECORDS)
     live, touched = new_live(), []
     path = new_div_topics(live, touched)
@@ -104,7 +134,7 @@ def test_a_partition_revoked_during_a_pause_is_left_alone(monkeypatch):
 
 
 def test_slices_quicker_than_the_bound_run_on_without_a_turn(monkeypatch):
-    monkeypatch.setattr(divtopics, "YIELD_AFTER_S", 3600.0)
+    monkeypatch.setattr(worker_turns, "TURN_S", 3600.0)
     records = new_producers_fetch(3 * divtopics.SLICE_RECORDS)
     live, touched = new_live(), []
     path = new_div_topics(live, touched)

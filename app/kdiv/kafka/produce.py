@@ -14,7 +14,7 @@ def new_producer(bootstrap_servers: str, *, security: KafkaSecurity = PLAINTEXT,
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers, **{"acks": "all", "linger_ms": 5, **security.aiokafka_kwargs(), **options}
     )
-    bound_requests(producer)
+    bound_requests(producer, name=f"kdiv's producer to {bootstrap_servers}")
     return producer
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -83,19 +84,52 @@ async def broker_request_max_bytes(admin: AIOKafkaAdminClient) -> int | None:
     return min(found) if found else None
 
 
-def bound_requests(producer: AIOKafkaProducer, limit: int | None = None) -> None:
+# What a batch too large for any request is told as: the partition, its bytes, the bound.
+Oversize = Callable[[Any, int, int], None]
+
+
+class OversizeOnce:
+    """Says, once per producer, that a batch alone exceeds the request bound: the broker will
+    refuse its request (it closes the connection, and aiokafka sends it again), so the error is
+    told here, with its size and the limit, instead of a silent retry loop. Later ones are
+    counted, not logged."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+        self.count = 0
+
+    def __call__(self, tp: Any, size: int, limit: int) -> None:
+        self.count += 1
+        if self.count == 1:
+            log.error(
+                "%s: a produce request to %s of %d bytes exceeds the %d bytes the broker accepts "
+                "(socket.request.max.bytes): the broker will refuse it; lower the producer's "
+                "max_batch_size or raise the broker's limit (said once; later ones counted)",
+                self.client,
+                tp,
+                size,
+                limit,
+            )
+
+
+def bound_requests(producer: AIOKafkaProducer, limit: int | None = None, name: str = "producer") -> OversizeOnce:
     """Make each produce request of `producer` carry at most `limit` bytes of batches (its
-    `max_request_size` when None). Call before its first send."""
+    `max_request_size` when None). Call before its first send. Returns what counts the
+    batches too large for any request."""
     accumulator = producer._message_accumulator
     bound = limit or producer._max_request_size
+    oversize = OversizeOnce(name)
 
     def drain_by_nodes(ignore_nodes: Any, muted_partitions: Any = frozenset()) -> tuple[dict, bool]:
-        return drain_bounded(accumulator, bound, ignore_nodes, muted_partitions)
+        return drain_bounded(accumulator, bound, ignore_nodes, muted_partitions, oversize)
 
     accumulator.drain_by_nodes = drain_by_nodes
+    return oversize
 
 
-def drain_bounded(accumulator: Any, limit: int, ignore_nodes: Any, muted_partitions: Any) -> tuple[dict, bool]:
+def drain_bounded(
+    accumulator: Any, limit: int, ignore_nodes: Any, muted_partitions: Any, oversize: Oversize | None = None
+) -> tuple[dict, bool]:
     """aiokafka's `MessageAccumulator.drain_by_nodes` (0.14), line for line, but for one rule:
     a node's request takes a partition's batch only while the request stays within `limit`
     bytes (its first batch always). A batch left is not taken out of the queue (so an
@@ -136,6 +170,8 @@ def drain_bounded(accumulator: Any, limit: int, ignore_nodes: Any, muted_partiti
             cost += len(tp.topic) + 8  # the topic's name and partition count, once a request
         if used[leader] and used[leader] + cost > limit:
             continue  # the next request to this node takes it
+        if cost > limit and oversize is not None:
+            oversize(tp, cost, limit)
         used[leader] += cost
         topics[leader].add(tp.topic)
         batch = accumulator._pop_batch(tp)

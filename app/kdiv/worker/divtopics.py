@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -28,15 +27,14 @@ from kdiv.worker.incidents import eviction_incident, incidents_for
 from kdiv.worker.kinds import ALL_TAKEN, Key, Taken
 from kdiv.worker.live import LiveValidation
 from kdiv.worker.rewinds import RewindChecks
+from kdiv.worker.turns import loop_turns
 from kdiv.worker.unit import UnitOfWork
 
 log = logging.getLogger("kdiv.worker")
 
-# Records validated in one call (a slice), and the time slices may take before the event
-# loop gets a turn (web views, heartbeats). An answer needs a few turns, so a turn must be
-# short: a slice of new producers takes their full path, record by record.
+# Records validated in one call (a slice): the event loop may get a turn between slices
+# (`kdiv.worker.turns`), and a slice of new producers takes their full path, record by record.
 SLICE_RECORDS = 250
-YIELD_AFTER_S = 0.02
 NOT_TAKEN = Taken(stopped_at=0)
 
 
@@ -124,6 +122,9 @@ class DivTopics:
         and /health must answer meanwhile)."""
         topic, partition = key
         live = self.live
+        turns = loop_turns()
+        if await turns.pause_if_due() and not live.is_loaded(topic, partition):
+            return NOT_TAKEN  # revoked meanwhile: its new owner reads these records again
         if start == 0:
             if self.rewinds.checks_leader_epochs and await self.rewinds.log_diverged(key, records):
                 return NOT_TAKEN  # read again from where the log diverged
@@ -133,7 +134,6 @@ class DivTopics:
         watch = self._watch_of(key)
         results: list[ValidationResult] = []
         i, end = start, len(records)
-        turn = time.monotonic()
         while i < end:
             stop = min(end, i + SLICE_RECORDS)
             taken = records if i == 0 and stop == end else records[i:stop]
@@ -142,11 +142,8 @@ class DivTopics:
             if i == end:
                 break
             if i == stop:
-                if time.monotonic() - turn >= YIELD_AFTER_S:
-                    await asyncio.sleep(0)
-                    turn = time.monotonic()
-                    if not live.is_loaded(topic, partition):
-                        return NOT_TAKEN  # revoked meanwhile: its new owner reads these records again
+                if await turns.pause_if_due() and not live.is_loaded(topic, partition):
+                    return NOT_TAKEN  # revoked meanwhile: its new owner reads these records again
                 continue
             # A re-delivery or a push marker, one by one.
             record = consumed(topic, partition, records[i])
@@ -205,9 +202,9 @@ class DivTopics:
         recently seen, before their writes (which delete them) and after the incident; the
         event loop runs between partitions (an eviction may walk 100,000 producers)."""
         now = self.clock()
+        turns = loop_turns()
         for key in sorted(self.live.loaded):
-            await asyncio.sleep(0)
-            if not self.live.is_loaded(*key):
+            if await turns.pause_if_due() and not self.live.is_loaded(*key):
                 continue  # revoked meanwhile
             eviction = self.live.evict_over_limit(*key)
             if eviction is None:

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from kdiv.incident.shape import Incident
 from kdiv.worker.live import LiveValidation
+from kdiv.worker.turns import loop_turns
 
 # (key, value); value None deletes the key.
 Change = tuple[bytes, bytes | None]
@@ -205,7 +206,9 @@ class UnitOfWork:
         `audit` the route partitions' observations and the observations partitions' traces.
         The event loop runs between slices of the producer states encoded (/health answers
         while 200,000 new producers' states are)."""
+        turns = loop_turns()
         for key in self.partitions:
+            await turns.pause_if_due()
             work = self._work[key]
             topic, partition = key
             if audit is not None:
@@ -221,7 +224,7 @@ class UnitOfWork:
                 except StopIteration as done:
                     writes = done.value
                     break
-                await asyncio.sleep(0)
+                await turns.pause_if_due()
             if writes is not None:
                 work.state.extend(writes.in_order())
                 work.has_state = True
@@ -269,7 +272,9 @@ class UnitOfWork:
         # 3. The state, partition by partition.
         state_writes = 0
         table_acks: list[Awaitable] = []
+        turns = loop_turns()
         for (topic, partition), part in work:
+            await turns.pause_if_due()
             if part.has_state:
                 table_acks += await sink.write_state(topic, partition, part.state, again=again)
                 state_writes += 1

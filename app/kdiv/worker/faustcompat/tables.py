@@ -23,10 +23,11 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from kdiv.worker.faustcompat.internals import send_counted_batches, track_topic
+from kdiv.worker.turns import loop_turns
 
-# Changes written (a RocksDB write batch and their changelog records) between two turns of
-# the event loop: one slice takes a few tens of ms, a commit of 200,000 producers many.
-WRITE_SLICE = 2_000
+# Changes written (a RocksDB write batch and their changelog records) in one step: the event
+# loop may get a turn between steps (`kdiv.worker.turns`); one takes a few ms.
+WRITE_SLICE = 500
 
 
 class _Message:
@@ -97,9 +98,10 @@ async def write_partition(
         raise TypeError(f"table {table.name}: batched writes are for plain tables of raw keys and values")
     db = None if app.in_transaction or not isinstance(store, RocksDBStore) else store._db_for_partition(partition)
     futures: list[asyncio.Future] = []
+    turns = loop_turns()
     for at in range(0, len(changes), WRITE_SLICE):
         if at:
-            await asyncio.sleep(0)  # /health and heartbeats between slices
+            await turns.pause_if_due()  # /health and heartbeats between slices
         part = changes[at : at + WRITE_SLICE]
         if isinstance(db, rocksdict.Rdict):
             futures += await _write_slice(app, table, store, db, partition, part, again)

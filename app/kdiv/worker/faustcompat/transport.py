@@ -328,7 +328,7 @@ class KdivProducer(faust_aiokafka.Producer):
 
     def _new_producer(self, transactional_id=None):
         producer = super()._new_producer(transactional_id)
-        bound_requests(producer)
+        bound_requests(producer, name="the worker's producer (state changelogs, incidents)")
         return producer
 
 
