@@ -271,7 +271,8 @@ def check(
         checked_at = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         result = validator.validate(record, checked_at)
         if max_age_ms is not None:
-            validator.checkpoint(record.topic, record.partition)
+            # Only this record's producer changed: the checkpoint asks it, not every producer.
+            validator.checkpoint(record.topic, record.partition, () if result.guid is None else (result.guid,))
         verdicts[result.verdict] += 1
         if result.verdict is Verdict.UNTRACKED:
             protocol = ticdc_protocol_of(record)

@@ -320,6 +320,12 @@ def latest_producer_ts(states: ProducerStates, at_most: int | None = None) -> in
     )
 
 
+def last_producer_times(states: ProducerStates) -> list[tuple[int, bytes]]:
+    """(last producer timestamp, GUID) of each of a partition's producers."""
+    active = [(s.last_producer_ts, guid) for guid, s in states.active.items()]
+    return active + states.packed_field_by_guid(_PACKED_TS, _PACKED_TS_AT)
+
+
 def last_offsets(states: ProducerStates) -> list[tuple[int, bytes]]:
     """(last offset, GUID) of each of a partition's producers."""
     active = [(s.last_offset, guid) for guid, s in states.active.items()]

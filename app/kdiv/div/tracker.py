@@ -32,6 +32,7 @@ from kdiv.div.faults import (
     MissingData,
 )
 from kdiv.div.producer_states import ProducerStates
+from kdiv.div.producer_times import ProducerTimes
 from kdiv.div.segment import Segment
 from kdiv.div.wire import ChecksumType, DivHeader, Kind
 
@@ -68,7 +69,7 @@ def _never() -> bool:
 class PartitionTracker:
     """Venice's PartitionTracker: per producer of one partition, segment and sequence state and its checks."""
 
-    __slots__ = ("_crowd", "_idle_at_or_below", "budget", "implicit_segments", "segments", "window")
+    __slots__ = ("_crowd", "_idle_at_or_below", "budget", "implicit_segments", "segments", "times", "window")
 
     def __init__(self, window: int = 0, implicit_segments: bool = True, budget: UnpackedBudget | None = None) -> None:
         # Seqs per producer whose CRCs the exact accounting keeps (`kdiv.div.exact`); 0: off.
@@ -86,6 +87,8 @@ class PartitionTracker:
         # or twice those left unpacked (still moving) by the last pass, whichever is more.
         self.budget = UnpackedBudget() if budget is None else budget
         self._crowd = 0
+        # What checkpoints ask of the producers' timestamps, kept between them.
+        self.times = ProducerTimes()
 
     def segment(self, guid: bytes) -> Segment | None:
         """The producer's state, unpacked for use (and kept unpacked until it is idle again)."""
@@ -104,10 +107,12 @@ class PartitionTracker:
         self.segments.put_packed((g, s if isinstance(s, bytes) else s.pack()) for g, s in producers.items())
         self._idle_at_or_below = -1
         self._crowd = 0
+        self.times.forget()
 
     def evict(self, guids: list[bytes]) -> None:
         """Forget these producers: one seen again is a producer never seen before."""
         self.segments.remove_many(guids)
+        self.times.removed(guids)
 
     def pack_idle(self) -> None:
         """Pack every producer whose state has not moved since the previous call."""
@@ -133,6 +138,7 @@ class PartitionTracker:
         """The partition's log was rewound to `first_offset` (offsets from there on come
         again): what `pack_idle` takes for not moved is what lies before it."""
         self._idle_at_or_below = min(self._idle_at_or_below, first_offset - 1)
+        self.times.forget()
 
     def pack_crowded(self) -> None:
         """Between records: with more than `UNPACKED_MAX` producers unpacked (a burst of new

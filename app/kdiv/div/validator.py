@@ -11,7 +11,7 @@ Pure: no I/O, and time comes in with each call.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
@@ -27,7 +27,7 @@ from kdiv.div.faults import (
 )
 from kdiv.div.ledger import DATA_FLAGS, TOMBSTONE_FLAGS, pack_fields, packed_key_validation_of
 from kdiv.div.record import ConsumedRecord, FetchedRecord, consumed
-from kdiv.div.segment import Segment, last_offsets, last_producer_ts, latest_producer_ts
+from kdiv.div.segment import Segment, last_offsets, last_producer_times, last_producer_ts, latest_producer_ts
 from kdiv.div.tracker import PartitionTracker, UnpackedBudget
 from kdiv.div.wire import (
     COMMON_SIZE,
@@ -645,7 +645,7 @@ class DataIntegrityValidator:
         part.evicted += over
         return Eviction(topic, partition, limit, guids, oldest[-1][0], part.evicting_since, part.evicted)
 
-    def checkpoint(self, topic: str, partition: int) -> Checkpoint:
+    def checkpoint(self, topic: str, partition: int, changed: Collection[bytes] | None = None) -> Checkpoint:
         """Producer states to persist now, after dropping those expired by maxAge.
 
         Expiry is data-relative, as in Venice: a producer is kept iff its last producer
@@ -654,21 +654,48 @@ class DataIntegrityValidator:
         credible: not further ahead of the validation's time than maxAge. One record stamped
         2^60 (or in microseconds) would otherwise expire every other producer of its
         partition at the next checkpoint but one; Venice's rule keeps that weakness.
+
+        `changed`: the GUIDs of every producer validated or evicted since the previous
+        checkpoint (a superset will do). Given, the checkpoint asks only those, where the
+        partition's `ProducerTimes` can answer for the others (most checkpoints), and its
+        upserts are those producers' states only; None walks every producer (the reference).
         """
         part = self.partition(topic, partition)
         part.tracker.pack_idle()
         segments = part.tracker.segments
-        expired: list[bytes] = []
+        times = part.tracker.times
+        threshold = None
         if self.max_age_ms != DISABLED and part.checkpoint_anchor_ms != -1:
             threshold = part.checkpoint_anchor_ms - self.max_age_ms
+        credible = None
+        if self._exact and self.max_age_ms != DISABLED and self._validated_at_ms >= 0:
+            credible = self._validated_at_ms + self.max_age_ms
+        if changed is not None:
+            upserts: dict[bytes, Segment | bytes] = {}
+            fold = times.fold
+            for guid in changed:
+                state = segments.get(guid)
+                if state is None:
+                    fold(guid, None, credible)
+                else:
+                    upserts[guid] = state
+                    fold(guid, last_producer_ts(state), credible)
+            if times.answers(threshold, credible):
+                times.answered(credible)
+                part.checkpoint_anchor_ms = times.latest
+                return Checkpoint(upserts=upserts, expired=())
+        expired: list[bytes] = []
+        if threshold is not None:
             # Sorted: the same deletions in the same order on every worker and replay.
             expired = sorted(guid for guid, s in segments.items() if last_producer_ts(s) < threshold)
             for guid in expired:
                 del segments[guid]
-        credible = None
-        if self._exact and self.max_age_ms != DISABLED and self._validated_at_ms >= 0:
-            credible = self._validated_at_ms + self.max_age_ms
         part.checkpoint_anchor_ms = latest_producer_ts(segments, at_most=credible)
+        if changed is not None:
+            times.walked(last_producer_times(segments), credible)
+            upserts = {guid: state for guid in changed if (state := segments.get(guid)) is not None}
+            return Checkpoint(upserts=upserts, expired=tuple(expired))
+        times.forget()
         return Checkpoint(upserts=segments.copy(), expired=tuple(expired))
 
 

@@ -424,12 +424,15 @@ class LiveValidation:
         if not dirty:
             return None
         evicted = self._evicted.pop(tp, set())
-        checkpoint = self.validator.checkpoint(topic, partition)
         if tp in self._rewrite:
+            # Every producer is written again: the checkpoint's upserts are all of them.
+            checkpoint = self.validator.checkpoint(topic, partition)
             self._rewrite.discard(tp)
             dirty.update(checkpoint.upserts)
+        else:
+            checkpoint = self.validator.checkpoint(topic, partition, dirty)
         changed = list(dirty)  # what the writes cover, should more be validated during the pauses
-        yield  # the checkpoint walked every producer of the partition
+        yield  # a checkpoint may walk every producer of the partition
         writes = yield from partition_writes_in_slices(
             self.values, topic, partition, self.validator.partitions[tp], checkpoint, changed, evicted
         )
