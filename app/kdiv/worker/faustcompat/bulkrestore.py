@@ -20,7 +20,6 @@ Until then the partition is `recovering` (`BulkRestore.remaining`).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,13 +33,13 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
+from kdiv.worker.turns import loop_turns
+
 log = logging.getLogger("kdiv.restore")
 
 # Records a fetch returns at most: one write batch per partition per slice, and the event loop
 # (the /health page) served between slices.
 SLICE_RECORDS = 20_000
-# Databases opened at once, in threads (`open_stores`).
-OPENING_AT_ONCE = 4
 # Between two attempts of `ensure_whole` that left records unread (a broker not answering).
 RETRY_S = 1.0
 
@@ -127,44 +126,15 @@ class KdivRecovery(Recovery):
 
 
 async def open_stores(tables: Mapping[TP, Any], generation_id: int) -> None:
-    """Open the RocksDB database of each table partition not open yet, `OPENING_AT_ONCE` at a
-    time in threads: an open spends most of its 5-10 ms in RocksDB (files, locks, fsyncs), much
-    of it without the GIL, and the event loop runs meanwhile. One whose open fails (another
-    process still holds its lock) is opened as Faust does, with Faust's retries."""
-    waiting = [(tp, table.data) for tp, table in tables.items() if isinstance(table.data, RocksDBStore)]
-    waiting = [(tp, store) for tp, store in waiting if tp.partition not in store._dbs]
-    if not waiting:
-        return
-    # The first on the loop: it makes the shared cache and memtable budget the others take.
-    (tp, store), *rest = waiting
-    await store._try_open_db_for_partition(tp.partition, generation_id=generation_id)
-    loop = asyncio.get_running_loop()
-    for at in range(0, len(rest), OPENING_AT_ONCE):
-        group = rest[at : at + OPENING_AT_ONCE]
-        opening = [loop.run_in_executor(None, store._open_for_partition, tp.partition) for tp, store in group]
-        try:
-            await asyncio.wait(opening)
-        finally:
-            # Each database opened is the store's, even when this task is cancelled meanwhile
-            # (a rebalance, a stop): the store closes it, and its lock is not left held.
-            for (tp, store), future in zip(group, opening, strict=True):
-                if future.done():
-                    _opened(store, tp.partition, future)
-                else:
-                    future.add_done_callback(functools.partial(_opened, store, tp.partition))
-        for (tp, store), future in zip(group, opening, strict=True):
-            if future.exception() is not None:
-                await store._try_open_db_for_partition(tp.partition, generation_id=generation_id)
-
-
-def _opened(store: Any, partition: int, future: asyncio.Future) -> None:
-    if future.cancelled() or future.exception() is not None:
-        return
-    db = future.result()
-    if partition in store._dbs:
-        db.close()  # opened meanwhile on the loop, at a first use
-    else:
-        store._dbs[partition] = db
+    """Open the RocksDB database of each table partition not open yet (Faust's retries while
+    another process still holds one's lock), the event loop given turns between them. An open
+    holds the GIL throughout (rocksdict): in threads, four at a time, they took as long."""
+    turns = loop_turns()
+    for tp, table in tables.items():
+        store = table.data
+        if isinstance(store, RocksDBStore) and tp.partition not in store._dbs:
+            await store._try_open_db_for_partition(tp.partition, generation_id=generation_id)
+            await turns.pause_if_due()
 
 
 class KdivTableManager(TableManager):
