@@ -321,6 +321,15 @@ class Progress:
         """Every assigned partition's progress, sorted."""
         return [self._measured(key, part, now_ms) for key, part in sorted(self._parts.items())]
 
+    def stalled(self, now_ms: int) -> list[PartitionProgress]:
+        """The stalled partitions' progress, sorted (`judge` marks them): a health check asks
+        for these alone, and measuring every partition cost it most of its time."""
+        return [
+            self._measured(key, part, now_ms)
+            for key, part in sorted(self._parts.items())
+            if part.stalled_since_ms is not None
+        ]
+
     def of(self, key: Key, now_ms: int) -> PartitionProgress | None:
         """One partition's progress (None: not assigned here)."""
         part = self._parts.get(key)

@@ -161,6 +161,10 @@ class WorkerReadModel(Protocol):
         """The worker's clock."""
         ...
 
+    def failed_pushes(self) -> list[tuple[str, int]]:
+        """The partitions whose push failed (`PartitionState.push_failed`), sorted."""
+        ...
+
     def partition_states(self) -> dict[tuple[str, int], PartitionState]:
         """Every partition the validator has state for, in (topic, partition) order."""
         ...

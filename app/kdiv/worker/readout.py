@@ -69,6 +69,9 @@ class WorkerReadout:
     def now_ms(self) -> int:
         return self._worker.clock()
 
+    def failed_pushes(self) -> list[tuple[str, int]]:
+        return sorted(key for key, part in self._worker.live.validator.partitions.items() if part.push_failed)
+
     def partition_states(self) -> dict[tuple[str, int], PartitionState]:
         return {
             key: partition_state(*key, part) for key, part in sorted(self._worker.live.validator.partitions.items())

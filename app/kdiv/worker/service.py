@@ -413,7 +413,7 @@ class ValidationWorker:
         failures = self.batches.commit_failures
         restore_stalled = progress.restore_stalled(now)
         return Liveness(
-            stalled=tuple(p for p in progress.snapshot(now) if p.stalled),
+            stalled=tuple(progress.stalled(now)),
             blind=progress.measured_blind(now),
             blind_since_ms=progress.blind_since_ms,
             log_ends_error=progress.log_ends_error,

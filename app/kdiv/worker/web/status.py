@@ -43,8 +43,7 @@ async def reconcile_view(site: Site, request: Request) -> Answer:
 def health(worker: WorkerReadModel) -> tuple[int, dict]:
     """Ready, recovering or degraded, with the reasons."""
     recovery = worker.recovery()
-    parts = worker.partition_states()
-    failed = [{"topic": t, "partition": p} for (t, p), part in parts.items() if part.push_failed]
+    failed = [{"topic": t, "partition": p} for t, p in worker.failed_pushes()]
     assigned = worker.assigned_partitions()
     # While tables recover, assigned partitions not yet loaded are still being restored;
     # their state loads when recovery completes (or with a record that comes first).
