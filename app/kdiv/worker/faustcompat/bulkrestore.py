@@ -33,6 +33,7 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
+from kdiv.worker.faustcompat.stores import keep_memtables_within
 from kdiv.worker.turns import loop_turns
 
 log = logging.getLogger("kdiv.restore")
@@ -251,6 +252,7 @@ async def _read_into_stores(bulk: BulkRestore, todo: dict[TP, tuple[Any, rocksdi
                     moved = True
                 if target.position >= target.end:
                     waiting.discard(tp_)
+            keep_memtables_within({id(table.data): table.data for table, _, _ in todo.values()}.values())
             now = time.monotonic()
             if moved:
                 last_progress = now

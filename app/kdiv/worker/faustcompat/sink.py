@@ -13,6 +13,7 @@ from typing import Any
 from kdiv.incident.shape import Incident
 from kdiv.worker.audit import observations_by_partition
 from kdiv.worker.faustcompat.internals import hand_over_table_writes, send_in_batches, topic_partitions, track_topic
+from kdiv.worker.faustcompat.stores import keep_memtables_within
 from kdiv.worker.faustcompat.tables import write_partition
 from kdiv.worker.unit import Change
 
@@ -70,3 +71,5 @@ class FaustSink:
 
     async def release(self) -> None:
         await hand_over_table_writes(self.app)
+        tables = [*self.table_of_topic.values(), *([self.trace_table] if self.trace_table is not None else [])]
+        keep_memtables_within({id(table.data): table.data for table in tables}.values())
