@@ -233,3 +233,37 @@ def test_the_largest_answer_stays_within_its_documented_size():
     assert len(shown["reconciliation"]["counts"]) == MAX_FINDING_CLASSES
     size = len(json.dumps(shown))  # ASCII: every non-ASCII character escaped, the longest written
     assert MAX_OVERVIEW_BYTES / 2 < size <= MAX_OVERVIEW_BYTES
+
+
+class CountingPartitions(dict):
+    """A tally's partitions that count the entries read by walking them."""
+
+    read = 0
+
+    def items(self):
+        entries = list(super().items())
+        CountingPartitions.read += len(entries)
+        return entries
+
+
+def partitions_read_for(topics: int, monkeypatch) -> int:
+    from kdiv.worker import overview as overview_module
+
+    real = overview_module._tally
+
+    def counted(incidents, hour_ago_ms):
+        tally = real(incidents, hour_ago_ms)
+        tally.by_partition = CountingPartitions(tally.by_partition)
+        return tally
+
+    monkeypatch.setattr(overview_module, "_tally", counted)
+    CountingPartitions.read = 0
+    incidents = [Seen(f"topic-{n:04}", 0, "MISSING", "fatal", NOW - 60_000) for n in range(topics)]
+    answer(incidents, [part(f"topic-{n:04}", 0) for n in range(topics)])
+    return CountingPartitions.read
+
+
+def test_the_reasons_read_each_faulty_partition_a_bounded_number_of_times(monkeypatch):
+    # A pass over every partition per topic read topics x partitions: 2,500 and 250,000 here.
+    assert partitions_read_for(50, monkeypatch) <= 4 * 50
+    assert partitions_read_for(500, monkeypatch) <= 4 * 500

@@ -260,8 +260,14 @@ def _reasons(
         reasons.append(
             reason(f"push failed on {topic}[{partition}]", topic, partition, faults.first_ms if faults else None)
         )
+    # The faulty partitions of every topic in one pass (a pass per topic made the answer grow
+    # as topics x partitions).
+    faulty_of: dict[str, list[int]] = {}
+    for (t, p), f in tally.by_partition.items():
+        if f.state != GREEN:
+            faulty_of.setdefault(t, []).append(p)
     for topic, faults in sorted(tally.by_topic.items(), key=lambda kv: (-_RANK[kv[1].state], kv[0])):
-        faulty = sorted(p for (t, p), f in tally.by_partition.items() if t == topic and f.state != GREEN)
+        faulty = sorted(faulty_of.get(topic, ()))
         where = f" on partition{'s' if len(faulty) > 1 else ''} {_some(faulty)}" if faulty else ""
         if faults.fatal_last_hour or faults.warning_last_hour:
             what = (
