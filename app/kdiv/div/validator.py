@@ -690,11 +690,14 @@ class DataIntegrityValidator:
             expired = sorted(guid for guid, s in segments.items() if last_producer_ts(s) < threshold)
             for guid in expired:
                 del segments[guid]
-        part.checkpoint_anchor_ms = latest_producer_ts(segments, at_most=credible)
         if changed is not None:
+            # One walk gives the bounds and, with them, the anchor the reference computes.
             times.walked(last_producer_times(segments), credible)
-            upserts = {guid: state for guid in changed if (state := segments.get(guid)) is not None}
+            part.checkpoint_anchor_ms = times.latest
+            for guid in expired:
+                upserts.pop(guid, None)
             return Checkpoint(upserts=upserts, expired=tuple(expired))
+        part.checkpoint_anchor_ms = latest_producer_ts(segments, at_most=credible)
         times.forget()
         return Checkpoint(upserts=segments.copy(), expired=tuple(expired))
 

@@ -3,7 +3,7 @@
 The worker validates, encodes and writes on the event loop that also answers `/health`, the
 page and `/metrics`, and runs the producer's sends. Work that does not give the loop a turn
 delays every answer by its whole length, and an answer takes a few turns (accept, read,
-handle, write): with 1,000 partitions in a fetch, stretches that were each short (a slice of
+handle, write): with 100 partitions in a fetch, stretches that were each short (a slice of
 one partition's records, one partition's writes) added up to turns of 0.2-0.6 s, and
 `/health` answered in up to 1.9 s. So the record path's loops ask one clock per event loop,
 `Turns.pause_if_due`, between their steps: the loop gets a turn once the work since its last
@@ -26,29 +26,19 @@ TURN_S = 0.005
 class Turns:
     """Time spent since the event loop last had a turn given by the record path."""
 
-    __slots__ = ("_clock", "_since", "budget_s", "pauses")
+    __slots__ = ("_clock", "_since", "budget_s")
 
     def __init__(self, budget_s: float = TURN_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget_s = budget_s
         self._clock = clock
         self._since = clock()
-        self.pauses = 0
-
-    def due(self) -> bool:
-        """Whether the work since the last turn has reached the budget."""
-        return self._clock() - self._since >= self.budget_s
-
-    async def pause(self) -> None:
-        """Give the event loop a turn now."""
-        await asyncio.sleep(0)
-        self.pauses += 1
-        self._since = self._clock()
 
     async def pause_if_due(self) -> bool:
         """Give the event loop a turn if the budget is spent; whether it had one."""
         if self._clock() - self._since < self.budget_s:
             return False
-        await self.pause()
+        await asyncio.sleep(0)
+        self._since = self._clock()
         return True
 
 

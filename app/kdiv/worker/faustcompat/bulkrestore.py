@@ -252,7 +252,7 @@ async def _read_into_stores(bulk: BulkRestore, todo: dict[TP, tuple[Any, rocksdi
                     moved = True
                 if target.position >= target.end:
                     waiting.discard(tp_)
-            keep_memtables_within({id(table.data): table.data for table, _, _ in todo.values()}.values())
+            keep_memtables_within(table.data for table, _, _ in todo.values())
             now = time.monotonic()
             if moved:
                 last_progress = now

@@ -72,4 +72,4 @@ class FaustSink:
     async def release(self) -> None:
         await hand_over_table_writes(self.app)
         tables = [*self.table_of_topic.values(), *([self.trace_table] if self.trace_table is not None else [])]
-        keep_memtables_within({id(table.data): table.data for table in tables}.values())
+        keep_memtables_within(table.data for table in tables)

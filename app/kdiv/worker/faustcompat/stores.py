@@ -49,7 +49,8 @@ def keep_memtables_within(stores: Iterable[Any]) -> int:
     its latest writes, and a budget of 64 MiB held 526 MB (about 500 bytes per producer
     written, measured with 1,000 databases of 1,000 producers). Flushed here, the memtables
     stay within the budget whatever the number of databases."""
-    shared = [store for store in stores if isinstance(store, SharedMemoryStore)]
+    # Each store once, however many tables share it.
+    shared = list({id(store): store for store in stores if isinstance(store, SharedMemoryStore)}.values())
     if not shared:
         return 0
     budget = shared[0].memtables_bytes
