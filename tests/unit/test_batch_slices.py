@@ -87,7 +87,7 @@ def test_a_large_fetch_lets_the_loop_run_between_slices_and_validates_as_in_one_
 
 def test_the_loop_runs_between_partitions_each_shorter_than_a_slice(monkeypatch):
     # One budget across partitions: a fetch of many partitions, each under a slice, is no
-    # single turn (1,000 such partitions made turns of 0.2-0.6 s).
+    # single turn (100 such partitions made turns of 0.2-0.6 s).
     monkeypatch.setattr(worker_turns, "TURN_S", 0.0)
     live = LiveValidation(DataIntegrityValidator(), StateValues(7))
     for p in range(20):
