@@ -18,9 +18,9 @@ from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 # The record path's work between two turns of the event loop at most (give or take one step):
-# an answer needing five turns then waits about 50 ms behind it. 5 ms halved /health's median
-# at 1,000 partitions but not its p99, and cost the burst's first pass about 15% more time.
-TURN_S = 0.01
+# an answer needing ten turns then waits about 50 ms behind it (10 ms gave a p99 of 0.3 s at
+# 1,000 partitions: each turn of the loop also runs the other tasks ready then).
+TURN_S = 0.005
 
 
 class Turns:
