@@ -1,6 +1,6 @@
 """Batched table writes (`kdiv.worker.faustcompat.tables.write_partition`) leave the changelog,
 the RocksDB store and the persisted offset recovery starts after exactly as Faust's per-key
-writes do, on the session's broker."""
+writes to its own store do, on the session's broker."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from faust.types import TP
 
 from kdiv.kafka.consume import read_snapshot
 from kdiv.worker.faustcompat.internals import hand_over_table_writes
+from kdiv.worker.faustcompat.stores import STORE_SCHEME
 from kdiv.worker.faustcompat.tables import partition_items, write_partition, writing_in_partition
 from kdiv.worker.faustcompat.transport import broker_url
 
@@ -50,7 +51,7 @@ async def test_batched_writes_leave_what_per_key_writes_leave(bootstrap, broker_
     app = faust.App(
         app_id,
         broker=broker_url(bootstrap, tansu=broker_is_tansu),
-        store="rocksdb://",
+        store=f"{STORE_SCHEME}://",
         datadir=str(tmp_path),
         key_serializer="raw",
         value_serializer="raw",
@@ -59,8 +60,18 @@ async def test_batched_writes_leave_what_per_key_writes_leave(bootstrap, broker_
         autodiscover=False,
         web_enabled=False,
     )
-    per_key = app.Table("perkey", partitions=PARTITIONS, key_type=bytes, value_type=bytes)
-    batched = app.Table("batched", partitions=PARTITIONS, key_type=bytes, value_type=bytes)
+    # The reference: Faust's own store (one database per partition), written key by key (a
+    # URL with a path: Faust takes a bare "rocksdb://" for none and uses the app's). The
+    # batched writes go to the worker's store (a table's partitions in one database).
+    per_key = app.Table("perkey", partitions=PARTITIONS, key_type=bytes, value_type=bytes, store="rocksdb:perkey")
+    batched = app.Table(
+        "batched",
+        partitions=PARTITIONS,
+        key_type=bytes,
+        value_type=bytes,
+        options={"shared_cache_bytes": 1 << 20, "memtables_bytes": 4 << 20},
+    )
+    assert type(per_key.data) is not type(batched.data)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="kdiv-tests")
     await admin.start()
     changelogs = [table.changelog_topic.get_topic_name() for table in (per_key, batched)]

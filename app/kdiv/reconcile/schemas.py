@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -29,10 +30,13 @@ from kdiv.registry.client import RegistryError, SchemaRegistry
 from kdiv.registry.schemaslog import SchemaLogState
 from kdiv.registry.subjects import SchemaIdInfo, SchemaLookups, judge, record_name_of
 from kdiv.state.framing import HEADER_SIZE, MAGIC, SCHEMA_ID_POSITION, schema_id_of
+from kdiv.state.storekeys import split_key
 from kdiv.state.values import changelog_subject
 
-# Faust's RocksDB files: <table>-<partition>.db under the worker's table directory.
-_STORE_NAME = re.compile(r"^(?P<table>(?:state|keys)-p\d+)-(?P<partition>\d+)\.db$")
+# A worker's table databases under its table directory: <table>.db, each key after its
+# partition's prefix (kdiv.worker.faustcompat.stores); <table>-<partition>.db, one per
+# partition, as Faust's own store and earlier workers wrote them.
+_STORE_NAME = re.compile(r"^(?P<table>(?:state|keys)-p\d+)(?:-(?P<partition>\d+))?\.db$")
 _FAUST_META_PREFIX = b"__faust"
 
 
@@ -83,15 +87,24 @@ def local_store_uses(directory: Path, app_id: str) -> list[IdUse]:
     counts: dict[tuple[str, int, int | None], int] = {}
     stores = sorted(p for p in directory.rglob("*.db") if p.is_dir() and _STORE_NAME.match(p.name))
     if not stores:
-        raise FileNotFoundError(f"{directory}: no kdiv table store (state-pN-M.db or keys-pN-M.db) under it")
+        raise FileNotFoundError(f"{directory}: no kdiv table store (state-pN.db or keys-pN.db) under it")
     for store in stores:
         match = _STORE_NAME.match(store.name)
         assert match is not None, f"{store.name} was selected by the same pattern"
-        changelog, partition = f"{app_id}-{match['table']}-changelog", int(match["partition"])
+        changelog = f"{app_id}-{match['table']}-changelog"
+        one_partition = None if match["partition"] is None else int(match["partition"])
         db = Rdict(str(store), options=Options(raw_mode=True), access_type=AccessType.read_only())
         try:
-            for key, value in db.items():  # raw mode: bytes keys and values
-                if key.startswith(_FAUST_META_PREFIX) or value is None:  # type: ignore[union-attr,arg-type]
+            for stored, value in db.items():  # raw mode: bytes keys and values
+                key = cast(bytes, stored)
+                if one_partition is None:
+                    split = split_key(key)
+                    if split is None:
+                        continue  # not a table key
+                    partition, key = split
+                else:
+                    partition = one_partition
+                if key.startswith(_FAUST_META_PREFIX) or value is None:
                     continue
                 ident = (changelog, partition, schema_id_of(value))
                 counts[ident] = counts.get(ident, 0) + 1

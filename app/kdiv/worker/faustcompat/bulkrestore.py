@@ -26,14 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import rocksdict
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
-from kdiv.worker.faustcompat.stores import keep_memtables_within
+from kdiv.worker.faustcompat.stores import PartitionDB, keep_memtables_within
 from kdiv.worker.turns import loop_turns
 
 log = logging.getLogger("kdiv.restore")
@@ -127,9 +126,9 @@ class KdivRecovery(Recovery):
 
 
 async def open_stores(tables: Mapping[TP, Any], generation_id: int) -> None:
-    """Open the RocksDB database of each table partition not open yet (Faust's retries while
-    another process still holds one's lock), the event loop given turns between them. An open
-    holds the GIL throughout (rocksdict): in threads, four at a time, they took as long."""
+    """Open each table partition not open yet: its part of its table's database, the database
+    itself at the first (with Faust's retries while another process still holds its lock),
+    the event loop given turns between them."""
     turns = loop_turns()
     for tp, table in tables.items():
         store = table.data
@@ -173,19 +172,19 @@ def _advance_to_store(target: Target, table: Any, tp: TP) -> None:
         target.position = max(target.position, min(persisted + 1, target.end))
 
 
-def _rocksdb(table: Any, partition: int) -> rocksdict.Rdict | None:
+def _rocksdb(table: Any, partition: int) -> PartitionDB | None:
     store = table.data
     if not isinstance(store, RocksDBStore):
         return None
     db = store._db_for_partition(partition)
-    return db if isinstance(db, rocksdict.Rdict) else None
+    return db if isinstance(db, PartitionDB) else None
 
 
 async def restore_in_bulk(bulk: BulkRestore, tables: Mapping[TP, Any], ends: Mapping[TP, int]) -> None:
     """Read each changelog partition of `tables` from its store's persisted offset to its end
     in `ends` into the store; its target is recorded first, so it is `recovering` until
     read. A partition whose store is not RocksDB is left to Faust."""
-    todo: dict[TP, tuple[Any, rocksdict.Rdict, int]] = {}
+    todo: dict[TP, tuple[Any, PartitionDB, int]] = {}
     for tp, table in tables.items():
         end = ends.get(tp)
         if end is None or end < 0:
@@ -221,7 +220,7 @@ async def restore_in_bulk(bulk: BulkRestore, tables: Mapping[TP, Any], ends: Map
         log.info("restore in bulk: %d changelog records in %.1f s", read, took)
 
 
-async def _read_into_stores(bulk: BulkRestore, todo: dict[TP, tuple[Any, rocksdict.Rdict, int]]) -> int:
+async def _read_into_stores(bulk: BulkRestore, todo: dict[TP, tuple[Any, PartitionDB, int]]) -> int:
     consumer = bulk.new_consumer()
     await consumer.start()
     read = 0
@@ -264,10 +263,10 @@ async def _read_into_stores(bulk: BulkRestore, todo: dict[TP, tuple[Any, rocksdi
     return read
 
 
-def _apply(table: Any, db: rocksdict.Rdict, records: list) -> None:
+def _apply(table: Any, db: PartitionDB, records: list) -> None:
     """One write batch: the records' keys (a tombstone deletes), then the persisted offset of
     the last, so a crash keeps both or neither."""
-    batch = rocksdict.WriteBatch(raw_mode=True)
+    batch = db.batch()
     put, delete = batch.put, batch.delete
     for record in records:
         if record.value is None:

@@ -15,14 +15,14 @@ import asyncio
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
-import rocksdict
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import _current_event
 from faust.types import TP
 
 from kdiv.worker.faustcompat.internals import send_counted_batches, track_topic
+from kdiv.worker.faustcompat.stores import PartitionDB
 from kdiv.worker.turns import loop_turns
 
 # Changes written (a RocksDB write batch and their changelog records) in one step: the event
@@ -103,7 +103,7 @@ async def write_partition(
         if at:
             await turns.pause_if_due()  # /health and heartbeats between slices
         part = changes[at : at + WRITE_SLICE]
-        if isinstance(db, rocksdict.Rdict):
+        if isinstance(db, PartitionDB):
             futures += await _write_slice(app, table, store, db, partition, part, again)
         else:
             # Faust's producer sends these: their topic tracked first, as for the batched path.
@@ -121,13 +121,13 @@ async def _write_slice(
     app: Any,
     table: Any,
     store: Any,
-    db: rocksdict.Rdict,
+    db: PartitionDB,
     partition: int,
     changes: Sequence[tuple[bytes, bytes | None]],
     again: bool,
 ) -> list[asyncio.Future]:
     """One RocksDB write batch of `changes`, then their changelog records (`write_partition`)."""
-    batch = rocksdict.WriteBatch(raw_mode=True)
+    batch = db.batch()
     deleted = [] if again else [key for key, value in changes if value is None]
     records: Sequence[tuple[bytes, bytes | None]] = changes
     if not deleted:
@@ -140,7 +140,7 @@ async def _write_slice(
     else:
         # Whether each deleted key is in the store at its turn: Faust's pop sends no
         # tombstone for an absent key.
-        found = cast("list[bytes | None]", db.get(cast(Any, deleted)))  # one multi-get
+        found = db.get(deleted)  # one multi-get
         present = {key: value is not None for key, value in zip(deleted, found, strict=True)}
         records = []
         for key, value in changes:
@@ -171,13 +171,13 @@ def partition_items(table: Any, partition: int) -> Iterator[tuple[bytes, bytes]]
     alone, where `table.items()` reads every partition's."""
     store = table.data
     db = store._db_for_partition(partition) if isinstance(store, RocksDBStore) else None
-    if not isinstance(db, rocksdict.Rdict):
+    if not isinstance(db, PartitionDB):
         yield from table.items()  # the caller filters by partition
         return
     offset_key = store.offset_key  # Faust's own entry, not the table's
     for key, value in db.items():
         if key != offset_key:
-            yield cast(bytes, key), value  # a raw-mode store: bytes keys
+            yield key, value
 
 
 def partition_values(table: Any, partitions: Iterable[int]) -> Iterator[bytes]:
@@ -190,7 +190,7 @@ def partition_values(table: Any, partitions: Iterable[int]) -> Iterator[bytes]:
         return
     for partition in partitions:
         db = store._db_for_partition(partition)
-        if isinstance(db, rocksdict.Rdict):
+        if isinstance(db, PartitionDB):
             yield from db.values()
 
 
