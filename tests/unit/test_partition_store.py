@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import faust
 import pytest
@@ -21,7 +22,7 @@ from kdiv.worker.faustcompat.stores import STORE_SCHEME, PartitionDB, SharedMemo
 PARTITIONS = (0, 1, 2, 255, 256, 65535, 65536)
 
 
-def table_of(datadir: Path, name: str = "state-p8", partitions: int = 70_000) -> faust.Table:
+def table_of(datadir: Path, name: str = "state-p8", partitions: int = 70_000) -> Any:
     app = faust.App(
         f"kdiv-store-{name}",
         store=f"{STORE_SCHEME}://",
@@ -39,7 +40,7 @@ def table_of(datadir: Path, name: str = "state-p8", partitions: int = 70_000) ->
     )
 
 
-def store_of(table: faust.Table) -> SharedMemoryStore:
+def store_of(table: Any) -> SharedMemoryStore:
     store = table.data
     assert isinstance(store, SharedMemoryStore)
     return store
