@@ -255,3 +255,75 @@ def test_partitions_that_stall_together_are_one_log_line_naming_them(caplog):
     assert (
         lines[1].startswith("validation resumed on orders[0], ") and "and 10 more partitions, stalled since" in lines[1]
     )
+
+
+def _backlogs_from_one_second() -> Progress:
+    """KEY and OTHER both with 1,000 records appended after 0 s (by 1 s), none validated."""
+    progress = _progress(stall_s=60)
+    for key in (KEY, OTHER):
+        progress.starts_at(key, 0, 0)
+    progress.log_ends({KEY: (0, 0), OTHER: (0, 0)}, 0)
+    progress.log_ends({KEY: (0, 1000), OTHER: (0, 1000)}, 1 * S)
+    return progress
+
+
+def test_records_waiting_in_a_worker_that_makes_progress_elsewhere_are_behind_not_stalled():
+    # A burst: KEY's records were fetched and wait their turn while the worker validates
+    # OTHER's; its queue moves, so KEY is behind, and says so by its lag and lag age.
+    progress = _backlogs_from_one_second()
+    progress.validated(OTHER, 500, 50 * S)
+    assert progress.judge(70 * S, in_hand={KEY}) == []
+    assert progress.of(KEY, 70 * S).lag_age_ms == 70 * S
+    progress.validated(OTHER, 1000, 100 * S)
+    assert progress.judge(120 * S, in_hand={KEY}) == []
+    progress.validated(KEY, 1000, 125 * S)
+    assert progress.judge(126 * S) == []
+
+
+def test_records_in_hand_of_a_worker_that_makes_no_progress_anywhere_are_stalled():
+    progress = _backlogs_from_one_second()
+    progress.validated(OTHER, 500, 5 * S)  # the last progress: 65 s ago at 70 s
+    changes = progress.judge(70 * S, in_hand={KEY, OTHER})
+    assert [(c.key, c.since_ms) for c in changes] == [(KEY, 0), (OTHER, 5 * S)]
+
+
+def test_a_partition_whose_records_never_reach_the_worker_is_stalled_while_others_progress():
+    # Its leader frozen: nothing of KEY is fetched, while OTHER keeps being validated.
+    progress = _backlogs_from_one_second()
+    for t in range(10, 80, 10):
+        progress.validated(OTHER, 10 * t, t * S)
+    changes = progress.judge(70 * S, in_hand={OTHER})
+    assert [(c.key, c.began, c.since_ms) for c in changes] == [(KEY, True, 0)]
+
+
+def test_a_partition_behind_that_stops_moving_with_the_worker_is_stalled_from_its_own_last_progress():
+    progress = _backlogs_from_one_second()
+    progress.validated(OTHER, 1000, 50 * S)
+    assert progress.judge(100 * S, in_hand={KEY}) == []  # the worker moved 50 s ago
+    changes = progress.judge(111 * S, in_hand={KEY})  # and not since: KEY waits in a queue that stands
+    assert [(c.key, c.since_ms) for c in changes] == [(KEY, 0)]
+
+
+def test_the_partitions_in_hand_are_those_with_fetched_records_not_yet_taken():
+    """`fetched_waiting` over aiokafka's own fetch results: one with records left, one
+    drained (aiokafka drops its records when taken), one fetch error."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from aiokafka import TopicPartition
+    from aiokafka.consumer.fetcher import FetchError, FetchResult
+
+    from kdiv.worker.faustcompat.internals import fetched_waiting
+
+    waiting, drained, failed = (TopicPartition("orders", n) for n in range(3))
+    records = OrderedDict()
+    records[waiting] = FetchResult(waiting, assignment=None, partition_records=object(), backoff=0)
+    records[drained] = FetchResult(drained, assignment=None, partition_records=None, backoff=0)
+    records[failed] = FetchError(error=RuntimeError("not the leader"), backoff=0)
+    fetcher = SimpleNamespace(_records=records)
+    app = SimpleNamespace(
+        consumer=SimpleNamespace(_thread=SimpleNamespace(_consumer=SimpleNamespace(_fetcher=fetcher)))
+    )
+    assert fetched_waiting(app) == {("orders", 0)}
+    # Before the consumer thread has started its consumer: nothing in hand.
+    assert fetched_waiting(SimpleNamespace(consumer=SimpleNamespace(_thread=None))) == set()

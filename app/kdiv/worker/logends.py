@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -43,6 +43,7 @@ class LogEnds:
         tansu: bool = False,
         paused: Callable[[], bool] = lambda: False,
         restoring: Callable[[], int | None] = lambda: None,
+        in_hand: Callable[[], Collection[Key]] = frozenset,
     ) -> None:
         self.settings = settings
         self.progress = progress
@@ -54,6 +55,8 @@ class LogEnds:
         self.paused = paused
         # The changelog records left to restore, while the tables are restored (else None).
         self.restoring = restoring
+        # The partitions whose fetched records wait in the worker (`Progress.judge`).
+        self.in_hand = in_hand
         self._consumer: AIOKafkaConsumer | None = None
         self._blind_logged = False
 
@@ -111,7 +114,7 @@ class LogEnds:
         progress = self.progress
         now = self.clock()
         self._log_blindness(now)
-        changes = progress.judge(now)
+        changes = progress.judge(now, self.in_hand())
         began = [c for c in changes if c.began]
         ended = [c for c in changes if not c.began]
         if began:

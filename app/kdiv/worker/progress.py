@@ -16,6 +16,7 @@ keeps up.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from kdiv.clock import iso_utc
@@ -137,6 +138,8 @@ class Progress:
         self.log_ends_error: str | None = None
         # While the tables are restored: (changelog records left, since when that count).
         self._restore: tuple[int, int] | None = None
+        # When the worker last validated past a partition's furthest offset, any partition.
+        self.progressed_at_ms: int | None = None
 
     # -- what the worker reports ------------------------------------------------------------
 
@@ -196,6 +199,7 @@ class Progress:
         if part.best is None or next_offset > part.best:
             part.best = next_offset
             part.moved_at_ms = now_ms
+            self.progressed_at_ms = now_ms
             self._drop_readings_before(part)
 
     def starts_at(self, key: Key, offset: int | None, now_ms: int) -> None:
@@ -280,13 +284,22 @@ class Progress:
             appended_after = at
         return lag, appended_after
 
-    def judge(self, now_ms: int) -> list[StallChange]:
-        """Mark partitions stalled or not at `now_ms`; the partitions that changed."""
+    def judge(self, now_ms: int, in_hand: Collection[Key] = ()) -> list[StallChange]:
+        """Mark partitions stalled or not at `now_ms`; the partitions that changed.
+
+        `in_hand`: partitions whose fetched records wait in the worker (fetched, not yet
+        validated and written). While the worker makes progress elsewhere such a partition
+        is behind, not stalled: it waits its turn in a queue that moves (a burst over 1,000
+        partitions kept some waiting longer than the stall bound). A partition none of whose
+        records reach the worker (its leader frozen), or any partition of a worker that
+        makes no progress at all, is stalled."""
+        busy = self.progressed_at_ms is not None and now_ms - self.progressed_at_ms < self.stall_ms
+        queued = frozenset(in_hand) if busy else frozenset()
         changes = []
         for key, part in sorted(self._parts.items()):
             lag, appended_after = self._lag(part)
             stalled_since = None
-            if lag:
+            if lag and key not in queued:
                 # Stalled from when both held: a backlog, and no progress since. The backlog
                 # is dated by the last read before it was seen, so one seen only after the
                 # log ends were unreadable for a while counts from before that.

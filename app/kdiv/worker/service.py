@@ -57,6 +57,7 @@ from kdiv.worker.faustcompat.bulkrestore import (
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
+    fetched_waiting,
     recovery_status,
     restore_remaining,
     restored_partitions,
@@ -267,7 +268,13 @@ class ValidationWorker:
             tansu=cluster.tansu,
             paused=lambda: not self.schemas.state_schema_ready.is_set(),
             restoring=lambda: restore_remaining(app),
+            in_hand=self.records_in_hand,
         )
+
+    def records_in_hand(self) -> set[tuple[str, int]]:
+        """The partitions whose fetched records wait in the worker: in its fetcher, or taken
+        into the unit of work and not yet written."""
+        return fetched_waiting(self.app) | set(self.batches.unit.partitions)
 
     def _build_batch_path(self, changefeed_kind: ChangefeedTopics, observations_kind: ObservationTopics | None) -> None:
         """The batch path: records to their kind's handler, the checks before a commit, the commit."""

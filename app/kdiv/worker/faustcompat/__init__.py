@@ -169,6 +169,9 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         "watched topics: in bulk (parsed), on the worker's fetch results only",
     ),
     ("aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher", None, "parsed: the worker's fetcher"),
+    ("aiokafka.consumer.fetcher:Fetcher._records", None, "internals: the partitions whose fetched records wait"),
+    ("aiokafka.consumer.fetcher:FetchResult.has_more", ("self",), "internals: a fetch result not drained yet"),
+    ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._consumer", None, "internals: the fetcher's consumer"),
     (
         "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread.verify_event_path",
         ("self", "now", "tp"),

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from aiokafka.consumer.fetcher import FetchResult
 from faust.types import TP
 
 from kdiv.kafka.produce import track_topic as track_producer_topic
@@ -49,6 +50,19 @@ def restore_remaining(app: Any) -> int | None:
     either moving is progress); None when they do not."""
     status = recovery_status(app)
     return status["active_remaining"] + status["standby_remaining"] if status["in_progress"] else None
+
+
+def fetched_waiting(app: Any) -> set[tuple[str, int]]:
+    """The partitions whose fetched records wait in the worker's aiokafka fetcher, not yet
+    handed to the worker. Read from the event loop while the consumer thread fills it: the
+    fetcher's entries are copied in one step (no Python code runs in it, so the GIL is not
+    let go), then looked at."""
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    if consumer is None:
+        return set()
+    entries = list(consumer._fetcher._records.items())
+    return {(tp.topic, tp.partition) for tp, result in entries if isinstance(result, FetchResult) and result.has_more()}
 
 
 def committed_offset(app: Any, tp: TP) -> int | None:
