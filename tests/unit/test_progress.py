@@ -268,62 +268,70 @@ def _backlogs_from_one_second() -> Progress:
 
 
 def test_records_waiting_in_a_worker_that_makes_progress_elsewhere_are_behind_not_stalled():
-    # A burst: KEY's records were fetched and wait their turn while the worker validates
-    # OTHER's; its queue moves, so KEY is behind, and says so by its lag and lag age.
+    # A burst: KEY's records wait their turn (its fetches answered with others' records, or
+    # fetched and queued) while the worker validates OTHER's; the queue moves, so KEY is
+    # behind, and says so by its lag and lag age.
     progress = _backlogs_from_one_second()
     progress.validated(OTHER, 500, 50 * S)
-    assert progress.judge(70 * S, in_hand={KEY}) == []
+    assert progress.judge(70 * S, en_route={KEY}) == []
     assert progress.of(KEY, 70 * S).lag_age_ms == 70 * S
     progress.validated(OTHER, 1000, 100 * S)
-    assert progress.judge(120 * S, in_hand={KEY}) == []
+    assert progress.judge(120 * S, en_route={KEY}) == []
     progress.validated(KEY, 1000, 125 * S)
     assert progress.judge(126 * S) == []
 
 
-def test_records_in_hand_of_a_worker_that_makes_no_progress_anywhere_are_stalled():
+def test_records_en_route_to_a_worker_that_makes_no_progress_anywhere_are_stalled():
     progress = _backlogs_from_one_second()
     progress.validated(OTHER, 500, 5 * S)  # the last progress: 65 s ago at 70 s
-    changes = progress.judge(70 * S, in_hand={KEY, OTHER})
+    changes = progress.judge(70 * S, en_route={KEY, OTHER})
     assert [(c.key, c.since_ms) for c in changes] == [(KEY, 0), (OTHER, 5 * S)]
 
 
 def test_a_partition_whose_records_never_reach_the_worker_is_stalled_while_others_progress():
-    # Its leader frozen: nothing of KEY is fetched, while OTHER keeps being validated.
+    # Its leader frozen: no fetch of KEY is answered, while OTHER keeps being validated.
     progress = _backlogs_from_one_second()
     for t in range(10, 80, 10):
         progress.validated(OTHER, 10 * t, t * S)
-    changes = progress.judge(70 * S, in_hand={OTHER})
+    changes = progress.judge(70 * S, en_route={OTHER})
     assert [(c.key, c.began, c.since_ms) for c in changes] == [(KEY, True, 0)]
 
 
 def test_a_partition_behind_that_stops_moving_with_the_worker_is_stalled_from_its_own_last_progress():
     progress = _backlogs_from_one_second()
     progress.validated(OTHER, 1000, 50 * S)
-    assert progress.judge(100 * S, in_hand={KEY}) == []  # the worker moved 50 s ago
-    changes = progress.judge(111 * S, in_hand={KEY})  # and not since: KEY waits in a queue that stands
+    assert progress.judge(100 * S, en_route={KEY}) == []  # the worker moved 50 s ago
+    changes = progress.judge(111 * S, en_route={KEY})  # and not since: KEY waits in a queue that stands
     assert [(c.key, c.since_ms) for c in changes] == [(KEY, 0)]
 
 
-def test_the_partitions_in_hand_are_those_with_fetched_records_not_yet_taken():
-    """`fetched_waiting` over aiokafka's own fetch results: one with records left, one
-    drained (aiokafka drops its records when taken), one fetch error."""
+def test_records_en_route_are_those_fetched_and_waiting_or_whose_fetch_was_answered_lately():
+    """`records_en_route` over aiokafka's own fetch results and partition states: one with
+    records left, one drained (aiokafka drops its records when taken), one fetch error; a
+    fetch answered after the bound, one answered before it, one never answered (the names
+    read are checked against aiokafka in test_faustcompat)."""
     from collections import OrderedDict
     from types import SimpleNamespace
 
     from aiokafka import TopicPartition
     from aiokafka.consumer.fetcher import FetchError, FetchResult
 
-    from kdiv.worker.faustcompat.internals import fetched_waiting
+    from kdiv.worker.faustcompat.internals import records_en_route
 
-    waiting, drained, failed = (TopicPartition("orders", n) for n in range(3))
+    tps = [TopicPartition("orders", n) for n in range(6)]
+    waiting, drained, failed, answered, answered_before, never = tps
     records = OrderedDict()
     records[waiting] = FetchResult(waiting, assignment=None, partition_records=object(), backoff=0)
     records[drained] = FetchResult(drained, assignment=None, partition_records=None, backoff=0)
     records[failed] = FetchError(error=RuntimeError("not the leader"), backoff=0)
-    fetcher = SimpleNamespace(_records=records)
+    # aiokafka's TopicPartitionState needs a running loop; its `timestamp` is all that is read.
+    answered_at = {answered: 100 * S, answered_before: 39 * S}
+    assignment = SimpleNamespace(_tp_state={tp: SimpleNamespace(timestamp=answered_at.get(tp)) for tp in tps})
+    subscriptions = SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
+    fetcher = SimpleNamespace(_records=records, _subscriptions=subscriptions)
     app = SimpleNamespace(
         consumer=SimpleNamespace(_thread=SimpleNamespace(_consumer=SimpleNamespace(_fetcher=fetcher)))
     )
-    assert fetched_waiting(app) == {("orders", 0)}
-    # Before the consumer thread has started its consumer: nothing in hand.
-    assert fetched_waiting(SimpleNamespace(consumer=SimpleNamespace(_thread=None))) == set()
+    assert records_en_route(app, 40 * S) == {("orders", 0), ("orders", 3)}
+    # Before the consumer thread has started its consumer: nothing on its way.
+    assert records_en_route(SimpleNamespace(consumer=SimpleNamespace(_thread=None)), 0) == set()

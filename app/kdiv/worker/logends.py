@@ -43,7 +43,7 @@ class LogEnds:
         tansu: bool = False,
         paused: Callable[[], bool] = lambda: False,
         restoring: Callable[[], int | None] = lambda: None,
-        in_hand: Callable[[], Collection[Key]] = frozenset,
+        en_route: Callable[[], Collection[Key]] = frozenset,
     ) -> None:
         self.settings = settings
         self.progress = progress
@@ -55,8 +55,8 @@ class LogEnds:
         self.paused = paused
         # The changelog records left to restore, while the tables are restored (else None).
         self.restoring = restoring
-        # The partitions whose fetched records wait in the worker (`Progress.judge`).
-        self.in_hand = in_hand
+        # The partitions whose records are on their way to the worker (`Progress.judge`).
+        self.en_route = en_route
         self._consumer: AIOKafkaConsumer | None = None
         self._blind_logged = False
 
@@ -114,7 +114,7 @@ class LogEnds:
         progress = self.progress
         now = self.clock()
         self._log_blindness(now)
-        changes = progress.judge(now, self.in_hand())
+        changes = progress.judge(now, self.en_route())
         began = [c for c in changes if c.began]
         ended = [c for c in changes if not c.began]
         if began:

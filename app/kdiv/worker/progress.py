@@ -284,17 +284,18 @@ class Progress:
             appended_after = at
         return lag, appended_after
 
-    def judge(self, now_ms: int, in_hand: Collection[Key] = ()) -> list[StallChange]:
+    def judge(self, now_ms: int, en_route: Collection[Key] = ()) -> list[StallChange]:
         """Mark partitions stalled or not at `now_ms`; the partitions that changed.
 
-        `in_hand`: partitions whose fetched records wait in the worker (fetched, not yet
-        validated and written). While the worker makes progress elsewhere such a partition
-        is behind, not stalled: it waits its turn in a queue that moves (a burst over 1,000
-        partitions kept some waiting longer than the stall bound). A partition none of whose
-        records reach the worker (its leader frozen), or any partition of a worker that
-        makes no progress at all, is stalled."""
+        `en_route`: partitions whose records are on their way to the worker (taken and not yet
+        written, fetched and waiting, or asked for in fetches their leader answered within the
+        stall bound). While the worker makes progress elsewhere such a partition is behind,
+        not stalled: it waits its turn in a queue that moves (a burst over 1,000 partitions
+        kept some waiting longer than the stall bound, their fetches answered with others'
+        records). A partition whose leader does not answer (frozen), or any partition of a
+        worker that makes no progress at all, is stalled."""
         busy = self.progressed_at_ms is not None and now_ms - self.progressed_at_ms < self.stall_ms
-        queued = frozenset(in_hand) if busy else frozenset()
+        queued = frozenset(en_route) if busy else frozenset()
         changes = []
         for key, part in sorted(self._parts.items()):
             lag, appended_after = self._lag(part)

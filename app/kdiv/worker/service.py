@@ -57,7 +57,7 @@ from kdiv.worker.faustcompat.bulkrestore import (
 from kdiv.worker.faustcompat.internals import (
     changelog_highwater,
     committed_offset,
-    fetched_waiting,
+    records_en_route,
     recovery_status,
     restore_remaining,
     restored_partitions,
@@ -268,13 +268,15 @@ class ValidationWorker:
             tansu=cluster.tansu,
             paused=lambda: not self.schemas.state_schema_ready.is_set(),
             restoring=lambda: restore_remaining(app),
-            in_hand=self.records_in_hand,
+            en_route=self.records_en_route,
         )
 
-    def records_in_hand(self) -> set[tuple[str, int]]:
-        """The partitions whose fetched records wait in the worker: in its fetcher, or taken
-        into the unit of work and not yet written."""
-        return fetched_waiting(self.app) | set(self.batches.unit.partitions)
+    def records_en_route(self) -> set[tuple[str, int]]:
+        """The partitions whose records are on their way: taken into the unit of work and not
+        yet written, waiting in the fetcher, or asked for in fetches their leader answered
+        within the stall bound (`Progress.judge`)."""
+        answered_since = self.clock() - self.progress.stall_ms
+        return records_en_route(self.app, answered_since) | set(self.batches.unit.partitions)
 
     def _build_batch_path(self, changefeed_kind: ChangefeedTopics, observations_kind: ObservationTopics | None) -> None:
         """The batch path: records to their kind's handler, the checks before a commit, the commit."""

@@ -170,6 +170,16 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
     ),
     ("aiokafka.consumer.consumer:AIOKafkaConsumer._fetcher", None, "parsed: the worker's fetcher"),
     ("aiokafka.consumer.fetcher:Fetcher._records", None, "internals: the partitions whose fetched records wait"),
+    (
+        "aiokafka.consumer.subscription_state:Assignment._tp_state",
+        None,
+        "internals: when each partition's fetch was answered",
+    ),
+    (
+        "aiokafka.consumer.subscription_state:TopicPartitionState.timestamp",
+        None,
+        "internals: set when the partition's leader answers a fetch without error",
+    ),
     ("aiokafka.consumer.fetcher:FetchResult.has_more", ("self",), "internals: a fetch result not drained yet"),
     ("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._consumer", None, "internals: the fetcher's consumer"),
     (

@@ -52,17 +52,30 @@ def restore_remaining(app: Any) -> int | None:
     return status["active_remaining"] + status["standby_remaining"] if status["in_progress"] else None
 
 
-def fetched_waiting(app: Any) -> set[tuple[str, int]]:
-    """The partitions whose fetched records wait in the worker's aiokafka fetcher, not yet
-    handed to the worker. Read from the event loop while the consumer thread fills it: the
-    fetcher's entries are copied in one step (no Python code runs in it, so the GIL is not
-    let go), then looked at."""
+def records_en_route(app: Any, answered_since_ms: int) -> set[tuple[str, int]]:
+    """The partitions whose records are on their way to the worker: fetched and waiting in its
+    aiokafka fetcher, or asked for in a fetch its partition's leader answered without error
+    since `answered_since_ms` (aiokafka's wall clock, in ms; a full fetch response names each
+    partition asked, with no records past the response's size bound). Read from the event
+    loop while the consumer thread changes them: each table is copied in one step (no Python
+    code runs in it, so the GIL is not let go), then looked at."""
     thread = getattr(app.consumer, "_thread", None)
     consumer = getattr(thread, "_consumer", None)
     if consumer is None:
         return set()
-    entries = list(consumer._fetcher._records.items())
-    return {(tp.topic, tp.partition) for tp, result in entries if isinstance(result, FetchResult) and result.has_more()}
+    fetcher = consumer._fetcher
+    waiting = list(fetcher._records.items())
+    en_route = {
+        (tp.topic, tp.partition) for tp, result in waiting if isinstance(result, FetchResult) and result.has_more()
+    }
+    subscription = fetcher._subscriptions.subscription
+    assignment = None if subscription is None else subscription.assignment
+    if assignment is not None:
+        for tp, state in list(assignment._tp_state.items()):
+            answered = state.timestamp
+            if answered is not None and answered >= answered_since_ms:
+                en_route.add((tp.topic, tp.partition))
+    return en_route
 
 
 def committed_offset(app: Any, tp: TP) -> int | None:
