@@ -229,7 +229,9 @@ def test_a_record_the_broker_refuses_is_a_delivery_failure_and_a_missing_seq(boo
     checked, lines = dump_and_check(bootstrap, topic, tmp_path)
     assert checked.exit_code == 1, checked.stderr
     # By seq: START_OF_SEGMENT 0, small-0..4 1-5, the refused record 6 (never written),
-    # "large" 7, small-5..7 8-10, the final END_OF_SEGMENT 11.
-    assert [(line["offset"], line["seq"]) for line in lines] == [(i, i if i < 6 else i + 1) for i in range(11)]
+    # "large" 7, small-5..7 8-10, the final END_OF_SEGMENT 11. The line at offset 6 is the
+    # gap's MISSING: it names the gap's seq 6, and the record it judges, seq 7.
+    assert [(line["offset"], line["seq"]) for line in lines] == [(i, i if i <= 6 else i + 1) for i in range(11)]
+    assert lines[6]["record"] == {"offset": 6, "seq": 7}
     faults = [(line["offset"], line["verdict"]) for line in lines if line["verdict"] != "OK"]
     assert faults == [(6, "MISSING"), (10, "CORRUPT")], faults

@@ -122,7 +122,7 @@ async def test_faults_injected_between_writer_and_broker_are_reported_by_dump_an
     assert len(out) == 16  # SOS, 11 data, after-loss, duplicate, tampered, EOS: the lost one never arrived
     faults = [(o["offset"], o["verdict"], o["seq"]) for o in out if o["verdict"] != "OK"]
     assert faults == [
-        (12, "MISSING", 13),  # after-loss: seq 12 never arrived
+        (12, "MISSING", 12),  # the gap of seq 12, which never arrived, found by the record after it
         (13, "DUPLICATE", 3),  # the re-sent record (sent[3] is seq 3)
         (14, "CORRUPT", 14),  # the tampered value
         (15, "CORRUPT", 15),  # the final END_OF_SEGMENT: ADHASH lacks the lost and the tampered record

@@ -76,7 +76,7 @@ def test_check_reports_exactly_the_injected_faults(faulty_file):
     b, a = GUID_B.hex(), GUID_A.hex()
     assert faults == [
         ("DUPLICATE", a, 2),  # the re-delivered record, right after its original
-        ("MISSING", b, 4),  # the record after the lost seq 3
+        ("MISSING", b, 3),  # the gap of the lost seq 3, found by the record after it
         ("CORRUPT", b, 7),  # the altered record
         ("CORRUPT", b, 11),  # its segment's END_OF_SEGMENT: ADHASH misses seq 3 and 7
     ]
@@ -89,8 +89,11 @@ def test_check_inside_a_push_marks_faults_fatal(faulty_file):
     code, out, _ = run_check(path, "--phase", "push")
     assert code == 1
     fatal = [(o["verdict"], o["seq"]) for o in out if o["severity"] == "fatal"]
-    # Inside a push state does not move past the gap: every later record of B is MISSING.
-    assert fatal[0] == ("MISSING", 4) and all(v == "MISSING" for v, _ in fatal)
+    # Inside a push state does not move past the gap: every later record of B is MISSING, each
+    # line the gap's incident as it stands (seq 3), naming the record it judges.
+    assert fatal[0] == ("MISSING", 3) and all(v == "MISSING" for v, _ in fatal)
+    judged = [o["record"]["seq"] for o in out if o["severity"] == "fatal"]
+    assert judged == list(range(4, 4 + len(judged)))
     assert [o["verdict"] for o in out if o["severity"] == "warning"] == ["DUPLICATE"]
 
 
@@ -217,6 +220,12 @@ def test_semantics_option_gives_venices_verdicts_or_the_exact_ones(tmp_path):
     code, exact, _ = run_check(path)
     assert code == 1
     assert [line["verdict"] for line in exact] == ["OK", "OK", "OK", "MISSING", "LATE", "OK"]
+    # The MISSING line is the gap's incident as the worker writes it: the gap's first seq, the
+    # offset that found it; the record it judges (seq 4 at offset 3) beside it.
+    missing = exact[3]
+    assert (missing["seq"], missing["offset"], missing["record"]) == (3, 3, {"offset": 3, "seq": 4})
+    assert "record" not in exact[4]  # LATE: the record's own verdict
+    assert exact[4]["seq"] == 3 and exact[4]["offset"] == 4
     assert exact[4]["gap"] == {
         "segment": 0,
         "first": 3,

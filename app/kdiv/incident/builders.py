@@ -67,6 +67,31 @@ def verdict_incident(result: ValidationResult, detected_at_ms: int) -> Incident:
     )
 
 
+def gap_incident(result: ValidationResult, detected_at_ms: int, note: str = "") -> Incident:
+    """A gap's one MISSING incident as it stands after `result`'s record (exact semantics):
+    named by the gap's first seq and the offset of the record that found it, however many
+    records are judged after it; resolved once every seq arrived. `note` ends its detail."""
+    gap, record = result.gap, result.record
+    if gap is None or result.guid is None:
+        raise ValueError("a gap incident needs a record of a gap, with its producer")
+    return fitted(
+        Incident(
+            topic=record.topic,
+            partition=record.partition,
+            producer=result.guid.hex(),
+            segment=gap.segment,
+            seq=gap.first,
+            verdict=Verdict.MISSING.value,
+            offset=gap.found_offset,
+            severity=severity_of(gap.fatal),
+            detail=gap.describe() + note,
+            record_timestamp_ms=record_time(record.timestamp),
+            detected_at_ms=detected_at_ms,
+            resolved_at_ms=detected_at_ms if gap.resolved else None,
+        )
+    )
+
+
 def checksum_incident(row: RowVerdict, detected_at_ms: int) -> Incident:
     """A TiCDC row whose checksum does not hold (or that TiCDC flagged, or that cannot be read);
     identified by its offset and row image, so verifying it again rewrites the same key."""

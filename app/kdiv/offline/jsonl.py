@@ -5,7 +5,8 @@ Record line:  {"topic", "partition", "offset", "timestamp", "key": base64|null,
 Verdict line (`kdiv check`, `kdiv validate`) and checksum fault line (`kdiv check --ticdc`):
               an incident (kdiv/incident/schema.json, docs/incidents.md), as the incidents
               topic holds it; a verdict line of a record that is no fault has severity null,
-              and one of a gap's record (exact semantics) adds "gap".
+              and one of a gap's record (exact semantics) adds "gap"; a MISSING one is the
+              gap's incident, and adds "record" (the offset and seq judged).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import json
 from typing import TYPE_CHECKING
 
 from kdiv.div.exact import GapReport
+from kdiv.div.faults import Verdict
 from kdiv.div.record import ConsumedRecord
 from kdiv.div.validator import ValidationResult
-from kdiv.incident.builders import checksum_incident, verdict_incident
+from kdiv.incident.builders import checksum_incident, gap_incident, verdict_incident
 from kdiv.untrusted import UntrustedJSONError, parse_json
 
 if TYPE_CHECKING:  # `kdiv check` without --ticdc loads no Avro library
@@ -149,8 +151,16 @@ def record_to_line(record: ConsumedRecord) -> str:
 
 
 def result_to_line(result: ValidationResult, checked_at_ms: int) -> str:
-    """A verdict as an incident line, judged at `checked_at_ms` (its detected_at_ms)."""
-    line = verdict_incident(result, checked_at_ms).to_json()
+    """A verdict as an incident line, judged at `checked_at_ms` (its detected_at_ms). A
+    MISSING record of a gap (exact semantics) is the gap's incident as the worker writes it
+    at that record (the gap's first seq, the offset that found it), with the record judged
+    beside it in `record`."""
+    record = result.record
+    if result.gap is not None and result.guid is not None and result.verdict is Verdict.MISSING:
+        line = gap_incident(result, checked_at_ms).to_json()
+        line["record"] = {"offset": record.offset, "seq": result.seq}
+    else:
+        line = verdict_incident(result, checked_at_ms).to_json()
     if not result.verdict.is_fault:
         line["severity"] = None
     if result.gap is not None:

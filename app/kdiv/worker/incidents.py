@@ -18,9 +18,9 @@ from kdiv.div.faults import Verdict
 from kdiv.div.validator import Eviction, ValidationResult
 from kdiv.incident.bounds import fitted
 from kdiv.incident.builders import (
+    gap_incident,
     incident_for,
     partition_incident,
-    record_time,
     severity_of,
 )
 from kdiv.incident.shape import Incident
@@ -125,23 +125,7 @@ def incidents_for(result: ValidationResult, detected_at_ms: int, deleted: Deleti
         if own is not None and deleted is not None and result.verdict in LOSS_VERDICTS:
             own = fitted(replace(own, detail=own.detail + deleted_note(deleted)))
         return [] if own is None else [own]
-    record = result.record
-    missing = fitted(
-        Incident(
-            topic=record.topic,
-            partition=record.partition,
-            producer=result.guid.hex(),
-            segment=gap.segment,
-            seq=gap.first,
-            verdict=Verdict.MISSING.value,
-            offset=gap.found_offset,
-            severity=severity_of(gap.fatal),
-            detail=gap.describe() if deleted is None else gap.describe() + deleted_note(deleted),
-            record_timestamp_ms=record_time(record.timestamp),
-            detected_at_ms=detected_at_ms,
-            resolved_at_ms=detected_at_ms if gap.resolved else None,
-        )
-    )
+    missing = gap_incident(result, detected_at_ms, "" if deleted is None else deleted_note(deleted))
     if result.verdict is Verdict.MISSING or own is None:
         return [missing]
     return [own, missing]
