@@ -6,7 +6,7 @@ import logging
 
 from kdiv.config.settings import Settings
 from kdiv.worker.logends import LogEnds
-from kdiv.worker.progress import MAX_READINGS, Progress
+from kdiv.worker.progress import MAX_READINGS, Key, Progress
 
 KEY = ("orders", 0)
 OTHER = ("orders", 1)
@@ -335,3 +335,44 @@ def test_records_en_route_are_those_fetched_and_waiting_or_whose_fetch_was_answe
     assert records_en_route(app, 40 * S) == {("orders", 0), ("orders", 3)}
     # Before the consumer thread has started its consumer: nothing on its way.
     assert records_en_route(SimpleNamespace(consumer=SimpleNamespace(_thread=None)), 0) == set()
+
+
+def test_the_batch_being_validated_is_on_its_way_until_it_is_in_the_unit_of_work():
+    """Between the consumer and the unit of work: a batch's partitions, validated in turns,
+    count as on their way while the batch is processed (`BatchPath.taking`)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from aiokafka import TopicPartition
+
+    from kdiv.worker.batchpath import BatchPath
+    from kdiv.worker.unit import UnitOfWork
+
+    seen: list[tuple[Key, frozenset]] = []
+    path: BatchPath
+
+    async def take(key, records, start, now_ms):
+        seen.append((key, path.taking))
+        await asyncio.sleep(0)
+        return SimpleNamespace(stopped_at=None, commit_first=False)
+
+    kind = SimpleNamespace(take=take)
+    path = BatchPath(
+        kinds=SimpleNamespace(of=lambda topic: kind),
+        ownership=SimpleNamespace(load=lambda keys: list(keys)),
+        unit=UnitOfWork(),
+        sink=SimpleNamespace(),
+        live=SimpleNamespace(),
+        clock=lambda: 0,
+        batch_max=10**6,
+    )
+    record = SimpleNamespace(offset=7)
+    batch = {
+        TopicPartition("orders", 0): [record],
+        TopicPartition("orders", 1): [record],
+        TopicPartition("orders", 2): [],
+    }
+    asyncio.run(path.process(batch))
+    both = frozenset({("orders", 0), ("orders", 1)})
+    assert seen == [(("orders", 0), both), (("orders", 1), both)]  # not the partition with no records
+    assert path.taking == frozenset() and sorted(path.unit.partitions) == sorted(both)

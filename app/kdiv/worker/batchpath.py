@@ -91,6 +91,9 @@ class BatchPath:
         self._unflushed_records = 0
         # Per partition, the offset written units let commit, not yet handed to the consumer.
         self._committable: dict[Key, int] = {}
+        # The partitions of the batch being processed: taken from the consumer, validated in
+        # turns, not all in the unit of work yet (the progress check counts them on their way).
+        self.taking: frozenset[Key] = frozenset()
 
     def forget_offsets(self, keys: Iterable[Key]) -> None:
         """The partitions are read again from elsewhere (a seek): nothing taken before it
@@ -103,6 +106,13 @@ class BatchPath:
         """Validate fetched records (aiokafka's parsed records, in offset order per partition)
         into the unit of work, by the kind of their topic; written by `flush`. True when
         enough is pending to flush now."""
+        self.taking = frozenset((tp.topic, tp.partition) for tp, records in batch.items() if records)
+        try:
+            return await self._process(batch)
+        finally:
+            self.taking = frozenset()
+
+    async def _process(self, batch: Mapping[TP, Sequence]) -> bool:
         now = self.clock()
         self.ownership.load((tp.topic, tp.partition) for tp in batch)
         for hook in self.before_batch:

@@ -272,11 +272,12 @@ class ValidationWorker:
         )
 
     def records_en_route(self) -> set[tuple[str, int]]:
-        """The partitions whose records are on their way: taken into the unit of work and not
-        yet written, waiting in the fetcher, or asked for in fetches their leader answered
+        """The partitions whose records are on their way: in the batch being validated or in
+        the unit of work and not yet written, waiting in the fetcher, or asked for in fetches their leader answered
         within the stall bound (`Progress.judge`)."""
         answered_since = self.clock() - self.progress.stall_ms
-        return records_en_route(self.app, answered_since) | set(self.batches.unit.partitions)
+        batches = self.batches
+        return records_en_route(self.app, answered_since) | batches.taking | set(batches.unit.partitions)
 
     def _build_batch_path(self, changefeed_kind: ChangefeedTopics, observations_kind: ObservationTopics | None) -> None:
         """The batch path: records to their kind's handler, the checks before a commit, the commit."""
