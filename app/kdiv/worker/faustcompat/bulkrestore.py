@@ -32,7 +32,7 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
-from kdiv.worker.faustcompat.stores import PartitionDB, keep_memtables_within
+from kdiv.worker.faustcompat.stores import PartitionDB, keep_memtables_within, partition_db
 from kdiv.worker.turns import loop_turns
 
 log = logging.getLogger("kdiv.restore")
@@ -172,18 +172,10 @@ def _advance_to_store(target: Target, table: Any, tp: TP) -> None:
         target.position = max(target.position, min(persisted + 1, target.end))
 
 
-def _rocksdb(table: Any, partition: int) -> PartitionDB | None:
-    store = table.data
-    if not isinstance(store, RocksDBStore):
-        return None
-    db = store._db_for_partition(partition)
-    return db if isinstance(db, PartitionDB) else None
-
-
 async def restore_in_bulk(bulk: BulkRestore, tables: Mapping[TP, Any], ends: Mapping[TP, int]) -> None:
     """Read each changelog partition of `tables` from its store's persisted offset to its end
     in `ends` into the store; its target is recorded first, so it is `recovering` until
-    read. A partition whose store is not RocksDB is left to Faust."""
+    read. A partition of a table not in kdiv's store is left to Faust."""
     todo: dict[TP, tuple[Any, PartitionDB, int]] = {}
     for tp, table in tables.items():
         end = ends.get(tp)
@@ -193,7 +185,7 @@ async def restore_in_bulk(bulk: BulkRestore, tables: Mapping[TP, Any], ends: Map
         if target is None or target.end < end:
             bulk.targets[tp] = target = Target(end, 0)
         _advance_to_store(target, table, tp)
-        db = _rocksdb(table, tp.partition)
+        db = partition_db(table, tp.partition)
         if db is not None and target.remaining:
             todo[tp] = (table, db, target.end)
     if not todo:

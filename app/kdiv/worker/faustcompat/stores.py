@@ -229,7 +229,7 @@ class SharedMemoryStore(Store):
             offsets[tp] = max(offset, offsets.get(tp, offset))
             writes = batches.get(message.partition)
             if writes is None:
-                writes = batches[message.partition] = PartitionBatch(partition_prefix(message.partition))
+                writes = batches[message.partition] = self._db_for_partition(message.partition).batch()
             if message.value is None:
                 writes.delete(message.key)
             else:
@@ -249,6 +249,13 @@ class SharedMemoryStore(Store):
         """Faust's (the table directory removed), the shared database let go first."""
         self.database = None
         super().reset_state()
+
+
+def partition_db(table: Any, partition: int) -> PartitionDB | None:
+    """The table partition's part of its database; None for a table not in kdiv's store,
+    which is read and written through Faust."""
+    store = table.data
+    return store._db_for_partition(partition) if isinstance(store, SharedMemoryStore) else None
 
 
 stores.STORES.aliases[STORE_SCHEME] = f"{__name__}:SharedMemoryStore"

@@ -17,12 +17,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import _current_event
 from faust.types import TP
 
 from kdiv.worker.faustcompat.internals import send_counted_batches, track_topic
-from kdiv.worker.faustcompat.stores import PartitionDB
+from kdiv.worker.faustcompat.stores import PartitionDB, SharedMemoryStore, partition_db
 from kdiv.worker.turns import loop_turns
 
 # Changes written (a RocksDB write batch and their changelog records) in one step: the event
@@ -85,7 +84,7 @@ async def write_partition(
 
         Under exactly_once the changelog records belong to the source partition's transaction,
         which only Faust's producer joins: the writes then go through Faust, key by key, as they
-        do for a store other than rocksdict's RocksDB.
+        do for a table not in kdiv's store (`kdiv.worker.faustcompat.stores`).
 
         In slices of `WRITE_SLICE` changes, each one written to the store before its changelog
         records are sent, in order, the event loop run between them: the same writes in the
@@ -96,14 +95,14 @@ async def write_partition(
     store = table.data
     if table.key_serializer != "raw" or table.value_serializer != "raw" or table.window is not None:
         raise TypeError(f"table {table.name}: batched writes are for plain tables of raw keys and values")
-    db = None if app.in_transaction or not isinstance(store, RocksDBStore) else store._db_for_partition(partition)
+    db = None if app.in_transaction else partition_db(table, partition)
     futures: list[asyncio.Future] = []
     turns = loop_turns()
     for at in range(0, len(changes), WRITE_SLICE):
         if at:
             await turns.pause_if_due()  # /health and heartbeats between slices
         part = changes[at : at + WRITE_SLICE]
-        if isinstance(db, PartitionDB):
+        if db is not None:
             futures += await _write_slice(app, table, store, db, partition, part, again)
         else:
             # Faust's producer sends these: their topic tracked first, as for the batched path.
@@ -167,30 +166,28 @@ async def _write_slice(
 
 
 def partition_items(table: Any, partition: int) -> Iterator[tuple[bytes, bytes]]:
-    """The (key, value) items of one partition of a plain raw table: that partition's RocksDB
+    """The (key, value) items of one partition of a plain raw table: that partition's keys
     alone, where `table.items()` reads every partition's."""
-    store = table.data
-    db = store._db_for_partition(partition) if isinstance(store, RocksDBStore) else None
-    if not isinstance(db, PartitionDB):
+    db = partition_db(table, partition)
+    if db is None:
         yield from table.items()  # the caller filters by partition
         return
-    offset_key = store.offset_key  # Faust's own entry, not the table's
+    offset_key = table.data.offset_key  # Faust's own entry, not the table's
     for key, value in db.items():
         if key != offset_key:
             yield key, value
 
 
 def partition_values(table: Any, partitions: Iterable[int]) -> Iterator[bytes]:
-    """The values of these partitions of a plain raw table, read from their RocksDB alone
+    """The values of these partitions of a plain raw table, read from their keys alone
     (Faust's own `values()` decodes every partition's through its serializer: a takeover of a
     million producer states spent seconds there). Faust's persisted offset is among them."""
-    store = table.data
-    if not isinstance(store, RocksDBStore):
+    if not isinstance(table.data, SharedMemoryStore):
         yield from table.values()
         return
     for partition in partitions:
-        db = store._db_for_partition(partition)
-        if isinstance(db, PartitionDB):
+        db = partition_db(table, partition)
+        if db is not None:
             yield from db.values()
 
 
