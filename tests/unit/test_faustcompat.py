@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from kdiv.worker.faustcompat import PRIVATE_NAMES, TESTED, UntestedRelease, check_versions
-from kdiv.worker.faustcompat.transport import within_drain_budget
+from kdiv.worker.faustcompat.transport import PARTITION_FETCH_FLOOR, partition_fetch_bytes, within_drain_budget
 
 
 def _owner_and_attribute(path: str):
@@ -94,3 +94,12 @@ def test_a_drain_takes_the_oldest_fetched_partitions_within_its_budget():
     assert within_drain_budget(results, active, 1200) is active  # all fit: as Faust asked
     assert within_drain_budget({}, active, 100) is active  # nothing fetched: wait on all
     assert within_drain_budget(results, None, 905) == {("t", 3), ("t", 1)}  # none given: every partition
+
+
+def test_the_fetch_size_per_partition_shares_the_budget_between_a_floor_and_the_configured_size():
+    mib = 1 << 20
+    assert partition_fetch_bytes(64 * mib, 10, mib) == mib  # few partitions: the configured size
+    assert partition_fetch_bytes(64 * mib, 1000, mib) == 64 * mib // 1000  # shared
+    assert partition_fetch_bytes(64 * mib, 100_000, mib) == PARTITION_FETCH_FLOOR  # never below the floor
+    assert partition_fetch_bytes(64 * mib, 0, mib) == mib  # nothing assigned yet
+    assert partition_fetch_bytes(64 * mib, 1000, 32 << 10) == 32 << 10  # a configured size under the floor holds

@@ -376,3 +376,31 @@ def test_the_batch_being_validated_is_on_its_way_until_it_is_in_the_unit_of_work
     both = frozenset({("orders", 0), ("orders", 1)})
     assert seen == [(("orders", 0), both), (("orders", 1), both)]  # not the partition with no records
     assert path.taking == frozenset() and sorted(path.unit.partitions) == sorted(both)
+
+
+def test_a_drained_batch_is_on_its_way_until_it_or_a_later_one_is_taken():
+    """Drained from the fetcher in the consumer thread, a batch waits in a future while the
+    one before it is validated: its partitions are held (`records_held`) until taken, and a
+    batch dropped without being taken is released by the next one taken."""
+    from types import SimpleNamespace
+
+    from kdiv.worker.faustcompat.batches import BatchDrainConsumer
+    from kdiv.worker.faustcompat.internals import records_en_route
+
+    consumer = BatchDrainConsumer()
+    first = consumer.hold(frozenset({("orders", 0), ("orders", 1)}))
+    second = consumer.hold(frozenset({("orders", 2)}))
+    dropped = consumer.hold(frozenset({("orders", 3)}))
+    third = consumer.hold(frozenset({("orders", 4)}))
+    assert consumer.records_held() == {("orders", n) for n in range(5)}
+    # Seen by the progress check with nothing else on its way.
+    app = SimpleNamespace(consumer=SimpleNamespace(records_held=consumer.records_held, _thread=None))
+    assert records_en_route(app, 0) == {("orders", n) for n in range(5)}
+    consumer.release_held(first)
+    assert consumer.records_held() == {("orders", 2), ("orders", 3), ("orders", 4)}
+    consumer.release_held(None)  # a batch that was never drained: nothing changes
+    assert consumer.records_held() == {("orders", 2), ("orders", 3), ("orders", 4)}
+    consumer.release_held(second)
+    consumer.release_held(third)  # `dropped` came before it: released too
+    assert consumer.records_held() == frozenset()
+    assert dropped < third

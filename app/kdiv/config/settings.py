@@ -288,6 +288,9 @@ class Settings:
     replication_factor: int = 1
     # Records validated at most between two state writes (written at every commit anyway).
     batch_max: int = 100_000
+    # Fetched record bytes the worker's consumer holds at most, shared by its partitions
+    # (docs/worker.md#memory): a backlog over 1,000 partitions was otherwise fetched whole.
+    fetch_buffer_bytes: int = 64 << 20
     # Each table partition's RocksDB database: memtable size and count, block cache
     # (docs/worker.md#memory).
     rocksdb_write_buffer_bytes: int = 4 << 20
@@ -385,6 +388,7 @@ class Settings:
             standby_replicas=env.int("STANDBY_REPLICAS", cls.standby_replicas, minimum=0),
             replication_factor=env.int("REPLICATION_FACTOR", cls.replication_factor, minimum=1),
             batch_max=env.int("BATCH_MAX", cls.batch_max, minimum=1),
+            fetch_buffer_bytes=env.int("FETCH_BUFFER_BYTES", cls.fetch_buffer_bytes, minimum=1 << 20),
             rocksdb_write_buffer_bytes=env.int(
                 "ROCKSDB_WRITE_BUFFER_BYTES", cls.rocksdb_write_buffer_bytes, minimum=64 << 10
             ),

@@ -186,6 +186,7 @@ class ValidationWorker:
         self.state_schema_ready = self.schemas.state_schema_ready
         self.state_check = self.schemas.state_check
         self.topics = frozenset(t.name for t in cluster.topics)
+        self.fetch_buffer_bytes = settings.fetch_buffer_bytes
         # The pipeline audit: observations of the route topics' traced records, judged where
         # their trace hashes to in the observations topic (its records go to `process` too).
         self.audit: PipelineAudit | None = None

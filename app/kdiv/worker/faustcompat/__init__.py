@@ -202,6 +202,32 @@ PRIVATE_NAMES: tuple[tuple[str, tuple[str, ...] | None, str], ...] = (
         "transport: the fetched results a drain takes, within a budget",
     ),
     ("aiokafka.consumer.fetcher:PartitionRecords._records", None, "transport: a fetched result's bytes"),
+    (
+        "faust.transport.consumer:Consumer.pause_partitions",
+        ("self", "tps"),
+        "transport: a paused partition is not fetched by aiokafka either",
+    ),
+    (
+        "faust.transport.consumer:Consumer.resume_partitions",
+        ("self", "tps"),
+        "transport: a resumed partition is fetched by aiokafka again",
+    ),
+    ("mode.threads:ServiceThread.thread_loop", None, "transport: aiokafka's pauses made in the consumer thread"),
+    (
+        "aiokafka.consumer.fetcher:Fetcher._max_partition_fetch_bytes",
+        None,
+        "transport: the fetch size per partition, set at each assignment within the worker's budget",
+    ),
+    (
+        "faust.transport.consumer:ConsumerThread.on_partitions_assigned",
+        ("self", "assigned", "generation_id"),
+        "transport: the fetch size per partition set first",
+    ),
+    (
+        "aiokafka.consumer.fetcher:Fetcher._create_fetch_waiter",
+        ("self",),
+        "transport: a drain waits for the first results, then takes those within its budget",
+    ),
     ("aiokafka.consumer.fetcher:READ_COMMITTED", None, "parsed: aiokafka's isolation level constant"),
     (
         "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer",

@@ -44,6 +44,9 @@ class SourceBatchHandler(Protocol):
     """What the fetch loop hands the watched topics' records to (the validation worker)."""
 
     topics: frozenset[str]
+    # The fetched bytes the consumer may hold for the handler, shared by the assigned
+    # partitions (`kdiv.worker.faustcompat.transport.partition_fetch_bytes`).
+    fetch_buffer_bytes: int
 
     async def process(self, batch: Mapping[TP, Sequence[Any]]) -> bool:
         """Validate fetched records (aiokafka's parsed records: offset, timestamp, key, value,
@@ -111,10 +114,13 @@ class BatchDrainConsumer:
                     fetching = asyncio.ensure_future(self._fetch_batch())
                 records, active, generation = await fetching
                 fetching = asyncio.ensure_future(self._fetch_batch())
-                await asyncio.sleep(0)
-                if not records or self.should_stop:  # type: ignore[attr-defined]
-                    continue
-                await self._take(handler, records, active, generation)
+                try:
+                    await asyncio.sleep(0)
+                    if not records or self.should_stop:  # type: ignore[attr-defined]
+                        continue
+                    await self._take(handler, records, active, generation)
+                finally:
+                    self.release_held(getattr(records, "drain", None))
         except self.consumer_stopped_errors:  # type: ignore[attr-defined]
             if self.transport.app.should_stop:  # type: ignore[attr-defined]
                 return
@@ -126,11 +132,40 @@ class BatchDrainConsumer:
         finally:
             if fetching is not None and not fetching.done():
                 fetching.cancel()
+            self._held().clear()
 
     async def _fetch_batch(self) -> tuple[Any, Any, int]:
         """Faust's fetch, with the consumer generation it was taken in."""
         records, active = await self._wait_next_records(timeout=1.0)  # type: ignore[attr-defined]
         return records, active, self.app.consumer_generation_id  # type: ignore[attr-defined]
+
+    # -- records drained from the fetcher, not yet taken ------------------------------------
+
+    def _held(self) -> dict[int, frozenset[tuple[str, int]]]:
+        return self.__dict__.setdefault("_kdiv_held", {})
+
+    def hold(self, partitions: frozenset[tuple[str, int]]) -> int:
+        """The consumer thread drained these partitions' records from the fetcher: they are
+        on their way (`records_held`) until the drain's batch is taken. The drain's number."""
+        number = self.__dict__.get("_kdiv_drains", 0) + 1
+        self.__dict__["_kdiv_drains"] = number
+        self._held()[number] = partitions
+        return number
+
+    def release_held(self, drain: int | None) -> None:
+        """The batch of drain `drain` was taken (or dropped): it and every earlier drain,
+        whose batches came before it, are no longer on their way."""
+        if drain is None:
+            return
+        held = self._held()
+        for number in [n for n in list(held) if n <= drain]:
+            held.pop(number, None)
+
+    def records_held(self) -> frozenset[tuple[str, int]]:
+        """The partitions of batches drained from the fetcher and not yet taken (the next
+        batch, drained in the consumer thread while this one is validated, and this one
+        until it is): their records are in neither the fetcher nor the unit of work."""
+        return frozenset().union(*list(self._held().values()))
 
     async def _take(self, handler: SourceBatchHandler, records, active, generation: int) -> None:
         thread = self._thread  # type: ignore[attr-defined]

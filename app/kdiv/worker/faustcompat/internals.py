@@ -54,20 +54,23 @@ def restore_remaining(app: Any) -> int | None:
 
 def records_en_route(app: Any, answered_since_ms: int) -> set[tuple[str, int]]:
     """The partitions whose records are on their way to the worker: fetched and waiting in its
-    aiokafka fetcher, or asked for in a fetch its partition's leader answered without error
-    since `answered_since_ms` (aiokafka's wall clock, in ms; a full fetch response names each
+    aiokafka fetcher or in a batch drained from it and not yet taken (`records_held`), or
+    asked for in a fetch its partition's leader answered without error since
+    `answered_since_ms` (aiokafka's wall clock, in ms; a full fetch response names each
     partition asked, with no records past the response's size bound). Read from the event
     loop while the consumer thread changes them: each table is copied in one step (no Python
     code runs in it, so the GIL is not let go), then looked at."""
+    held = getattr(app.consumer, "records_held", None)
+    en_route: set[tuple[str, int]] = set(held()) if held is not None else set()
     thread = getattr(app.consumer, "_thread", None)
     consumer = getattr(thread, "_consumer", None)
     if consumer is None:
-        return set()
+        return en_route
     fetcher = consumer._fetcher
     waiting = list(fetcher._records.items())
-    en_route = {
+    en_route.update(
         (tp.topic, tp.partition) for tp, result in waiting if isinstance(result, FetchResult) and result.has_more()
-    }
+    )
     subscription = fetcher._subscriptions.subscription
     assignment = None if subscription is None else subscription.assignment
     if assignment is not None:

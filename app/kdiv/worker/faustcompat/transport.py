@@ -33,6 +33,7 @@ The broker URL scheme selects the transport: ``kdiv://`` (any Kafka) or ``kdiv-t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any, cast
@@ -53,8 +54,25 @@ TANSU_SCHEME = "kdiv-tansu"
 
 
 # Fetched record bytes one drain of the worker's consumer hands over at most (the first
-# partition's whatever its size): what is parsed into objects at once.
-DRAIN_BYTES = 16 << 20
+# partition's whatever its size): what is parsed into objects at once. A DIV record of a
+# small value takes about 70 bytes in a batch and ten times that parsed (its headers), so
+# 16 MiB drains held 230,000 records (200 MB) at a time in a burst, and what the burst left
+# allocated among them kept that memory in the process; 1 MiB is about 14,000 records.
+DRAIN_BYTES = 1 << 20
+
+
+# A partition's fetch is never asked smaller than this: a fetch costs the worker per partition
+# it returns, whatever its size, and Kafka returns a first batch larger than the fetch size whole.
+PARTITION_FETCH_FLOOR = 64 << 10
+
+
+def partition_fetch_bytes(budget: int, partitions: int, ceiling: int) -> int:
+    """The fetch size per partition that keeps what the fetcher holds within `budget` bytes:
+    aiokafka fetches every partition that has nothing waiting, up to its fetch size, while
+    the worker validates the others, so a backlog over many partitions is fetched whole
+    (1 MiB, Faust's size, x 1,000 partitions). Never above `ceiling` (the configured size)
+    nor below `PARTITION_FETCH_FLOOR`."""
+    return max(min(ceiling, budget // max(partitions, 1)), min(PARTITION_FETCH_FLOOR, ceiling))
 
 
 def within_drain_budget(fetched: Mapping, active: Any, budget: int) -> Any:
@@ -76,6 +94,22 @@ def within_drain_budget(fetched: Mapping, active: Any, budget: int) -> Any:
     return chosen if left_out else active
 
 
+def has_fetched(fetched: Mapping, active: Any) -> bool:
+    """Whether any active partition (every one when none is given) has a fetch result waiting."""
+    return any(not active or tp in active for tp in fetched)
+
+
+async def wait_for_fetched(fetcher: Any, timeout: float) -> None:
+    """Until the fetcher has new results, or `timeout` seconds; its error, if it has one (an
+    authorization failure), raised as aiokafka's own drain would."""
+    waiter = fetcher._create_fetch_waiter()
+    done, _ = await asyncio.wait([waiter], timeout=timeout)
+    if not done:
+        waiter.cancel()
+    elif not waiter.cancelled():
+        waiter.result()
+
+
 def _fetched_bytes(result: Any) -> int:
     """The record bytes a fetch result holds (an error holds none)."""
     partition_records = getattr(result, "_partition_records", None)
@@ -84,9 +118,11 @@ def _fetched_bytes(result: Any) -> int:
 
 
 class _Fetched(dict):
-    """A batch of fetched records, with the consumer thread's seek count when it was taken."""
+    """A batch of fetched records, with the consumer thread's seek count when it was taken
+    and its drain's number (`BatchDrainConsumer.hold`)."""
 
     seeks = 0
+    drain: int | None = None
 
 
 class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -110,6 +146,16 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # (Tansu delivers aborted records whatever the isolation level.)
             consumer._isolation_level = "read_committed"
         return consumer
+
+    async def on_partitions_assigned(self, assigned, generation_id: int = 0) -> None:
+        """Faust's, after the fetch size per partition is set for the new assignment."""
+        handler = cast(BatchDrainConsumer, self.consumer).batch_handler
+        if handler is not None:
+            fetcher = self._ensure_consumer()._fetcher
+            fetcher._max_partition_fetch_bytes = partition_fetch_bytes(
+                handler.fetch_buffer_bytes, len(assigned), self.app.conf.consumer_max_fetch_size
+            )
+        await super().on_partitions_assigned(assigned, generation_id)
 
     async def on_start(self) -> None:
         """Faust's start of the aiokafka consumer; then, before any assignment lets it fetch,
@@ -205,11 +251,39 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def _fetch_records(self, consumer, active_partitions, timeout=None, max_records=None) -> _Fetched:
         # Faust drains every partition's fetched records at once: after a burst over 1,000
         # partitions, two million records parsed into one batch (a gigabyte). Those past the
-        # budget stay fetched, as bytes, for the next call.
-        chosen = within_drain_budget(consumer._fetcher._records, active_partitions, DRAIN_BYTES)
+        # budget stay fetched, as bytes, for the next call. aiokafka's drain, when nothing is
+        # fetched yet, waits and then takes all that came meanwhile (a fetch response of up
+        # to 50 MiB: 230,000 records in one drain at 1,000 partitions): the wait is here, so
+        # the budget is applied to what the wait brought.
+        fetcher = consumer._fetcher
+        if timeout and not has_fetched(fetcher._records, active_partitions):
+            await wait_for_fetched(fetcher, timeout)
+            timeout = 0
+        chosen = within_drain_budget(fetcher._records, active_partitions, DRAIN_BYTES)
         records = _Fetched(await super()._fetch_records(consumer, chosen, timeout, max_records))
         records.seeks = self._seeks
+        if records:
+            drainer = cast(BatchDrainConsumer, self.consumer)
+            records.drain = drainer.hold(frozenset((tp.topic, tp.partition) for tp, taken in records.items() if taken))
         return records
+
+    def fetch_only_unpaused(self, paused: set[TP], resumed: set[TP]) -> None:
+        """From any thread: have aiokafka stop fetching `paused` and fetch `resumed` again
+        (done in the consumer thread, whose loop owns aiokafka's partition states)."""
+        self.thread_loop.call_soon_threadsafe(self._fetch_only_unpaused, paused, resumed)
+
+    def _fetch_only_unpaused(self, paused: set[TP], resumed: set[TP]) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = consumer.assignment()
+        stop = [TopicPartition(tp.topic, tp.partition) for tp in paused if tp in assigned]
+        consumer.pause(*stop)
+        # What was fetched of them and not taken is dropped: their position has not moved
+        # past it, so they are read from there when resumed.
+        for tp in stop:
+            consumer._fetcher._records.pop(tp, None)
+        consumer.resume(*(TopicPartition(tp.topic, tp.partition) for tp in resumed if tp in assigned))
 
     def take_resumed(self) -> dict[TP, int]:
         """Partitions the last seek resumed where their saved state ends, with nothing
@@ -233,6 +307,20 @@ class KdivConsumer(BatchDrainConsumer, faust_aiokafka.Consumer):
 
     thread_class: type[KdivConsumerThread] = KdivConsumerThread
     _batch_seeks = 0
+
+    # Faust pauses a partition by leaving it out of what it takes from the fetcher, which
+    # still fetched it: the worker's own changelog partitions, paused once restored, were
+    # fetched as the worker wrote its state. In a burst over 1,000 partitions that doubled
+    # the worker's CPU per record (fetches answered at once, one after the other, each
+    # naming every such partition) and held fetched state writes. Paused here, aiokafka
+    # does not fetch them either.
+    def pause_partitions(self, tps) -> None:
+        super().pause_partitions(tps)
+        cast(KdivConsumerThread, self._thread).fetch_only_unpaused(set(tps), set())
+
+    def resume_partitions(self, tps) -> None:
+        super().resume_partitions(tps)
+        cast(KdivConsumerThread, self._thread).fetch_only_unpaused(set(), set(tps))
 
     async def _getmany(self, active_partitions, timeout: float):
         records = await super()._getmany(active_partitions, timeout)
