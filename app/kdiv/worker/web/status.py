@@ -5,6 +5,7 @@ summary)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from faust.web import Request
 from kdiv.clock import iso_utc
 from kdiv.untrusted import parse_json
 from kdiv.worker import metrics
-from kdiv.worker.readmodel import WorkerReadModel
+from kdiv.worker.progress import Liveness
+from kdiv.worker.readmodel import RecoveryStatus, RegistryStatus, WorkerReadModel
 from kdiv.worker.report_scope import elsewhere
 from kdiv.worker.web.guard import clipped
 from kdiv.worker.web.handlers import Answer, Site
@@ -40,17 +42,27 @@ async def reconcile_view(site: Site, request: Request) -> Answer:
     return Answer(body, status)
 
 
-def health(worker: WorkerReadModel) -> tuple[int, dict]:
-    """Ready, recovering or degraded, with the reasons."""
+@dataclass(frozen=True)
+class HealthVerdict:
+    """What `/health` says, before the lists that name each partition."""
+
+    status: str
+    code: int
+    recovery: RecoveryStatus
+    restoring: bool
+    schema_pending: bool
+    liveness: Liveness
+    findings: list
+    registry: RegistryStatus
+
+
+def health_verdict(worker: WorkerReadModel) -> HealthVerdict:
+    """Ready, recovering or degraded: the status alone, which the overview shows (the lists of
+    `health`, a dict per partition, cost as much again at 1,000 partitions)."""
     recovery = worker.recovery()
-    failed = [{"topic": t, "partition": p} for t, p in worker.failed_pushes()]
-    assigned = worker.assigned_partitions()
     # While tables recover, assigned partitions not yet loaded are still being restored;
     # their state loads when recovery completes (or with a record that comes first).
     restoring = recovery["in_progress"] or not worker.state_schema_ready()
-    loaded = worker.is_loaded
-    ready = [{"topic": t, "partition": p} for t, p in assigned if loaded(t, p) or not restoring]
-    recovering = [{"topic": t, "partition": p} for t, p in assigned if not loaded(t, p) and restoring]
     # Degraded: serving, but its state is under a subject its readers do not look in.
     findings = worker.state_schema_findings()
     registry = worker.registry()
@@ -76,6 +88,23 @@ def health(worker: WorkerReadModel) -> tuple[int, dict]:
         if findings
         else "ready"
     )
+    # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
+    # faults, reported but not a reason to restart the worker.
+    code = 503 if recovery["in_progress"] or schema_pending or stalled else 200
+    return HealthVerdict(status, code, recovery, restoring, schema_pending, liveness, findings, registry)
+
+
+def health(worker: WorkerReadModel) -> tuple[int, dict]:
+    """Ready, recovering or degraded, with the reasons."""
+    verdict = health_verdict(worker)
+    recovery, liveness, registry = verdict.recovery, verdict.liveness, verdict.registry
+    findings, schema_pending = verdict.findings, verdict.schema_pending
+    failed = [{"topic": t, "partition": p} for t, p in worker.failed_pushes()]
+    assigned = worker.assigned_partitions()
+    loaded = worker.is_loaded
+    ready = [{"topic": t, "partition": p} for t, p in assigned if loaded(t, p) or not verdict.restoring]
+    recovering = [{"topic": t, "partition": p} for t, p in assigned if not loaded(t, p) and verdict.restoring]
+    status = verdict.status
     body = {
         "status": status,
         "ready": ready,
@@ -112,9 +141,7 @@ def health(worker: WorkerReadModel) -> tuple[int, dict]:
             "unchecked_records": worker.counters().schema_unchecked_records,
         },
     }
-    # Recovering: not ready for traffic (a readiness probe fails); failed pushes are data
-    # faults, reported but not a reason to restart the worker.
-    return (503 if recovery["in_progress"] or schema_pending or stalled else 200), body
+    return verdict.code, body
 
 
 def last_reconciliation(worker: WorkerReadModel) -> tuple[int, dict]:
