@@ -28,6 +28,7 @@ class _Collector:
 
     def __init__(self, topic: str) -> None:
         self.topics = frozenset({topic})
+        self.fetch_buffer_bytes = 64 << 20
         self.batches: list[Sequence[Any]] = []
         self.all_in = asyncio.Event()
 

@@ -150,10 +150,13 @@ class KdivConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def on_partitions_assigned(self, assigned, generation_id: int = 0) -> None:
         """Faust's, after the fetch size per partition is set for the new assignment."""
         handler = cast(BatchDrainConsumer, self.consumer).batch_handler
-        if handler is not None:
+        # A handler without a budget leaves aiokafka's size (an error here would stop the
+        # rebalance, and the worker with it).
+        budget = getattr(handler, "fetch_buffer_bytes", None)
+        if isinstance(budget, int):
             fetcher = self._ensure_consumer()._fetcher
             fetcher._max_partition_fetch_bytes = partition_fetch_bytes(
-                handler.fetch_buffer_bytes, len(assigned), self.app.conf.consumer_max_fetch_size
+                budget, len(assigned), self.app.conf.consumer_max_fetch_size
             )
         await super().on_partitions_assigned(assigned, generation_id)
 
