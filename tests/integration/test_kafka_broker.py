@@ -143,6 +143,27 @@ def test_a_cluster_id_starting_with_a_dash_is_formatted_as_an_id(monkeypatch):
         assert live_brokers("127.0.0.1", cluster.nodes[0].port) == (dashed, [1])
 
 
+def test_a_node_whose_port_was_taken_before_it_bound_it_starts_on_new_ports(monkeypatch):
+    """A free port is found by letting go of it: another process may bind it first. The
+    cluster then starts again on new ports, once it finds the port taken."""
+    import socket
+
+    import kdiv.dev.broker as broker_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real_free_port = broker_module.free_port
+    handed = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(broker_module, "free_port", lambda host: next(handed, None) or real_free_port(host))
+    try:
+        with KafkaCluster(port=0) as cluster:
+            assert cluster.nodes[0].port != taken.getsockname()[1]
+            assert live_brokers("127.0.0.1", cluster.nodes[0].port) is not None
+    finally:
+        taken.close()
+
+
 def test_the_log_cleaner_compacts_a_rolled_segment_within_seconds(bootstrap, topic_factory):
     topic = f"compacted-{os.getpid()}"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import logging
 import os
 import shutil
 import signal
@@ -67,6 +68,11 @@ _SCRAM_ITERATIONS = 4096
 # Names the broker keeps for its own listeners.
 _RESERVED_LISTENERS = ("PLAINTEXT", "CONTROLLER")
 _TEMPORARY_PREFIX = "kdiv-kafka-"
+# A node's bind failure, as Kafka says it, and how many starts on new ports it is given.
+PORT_TAKEN = "Address already in use"
+PORT_TAKEN_ATTEMPTS = 3
+
+log = logging.getLogger(__name__)
 # In a temporary cluster directory: the pids of the processes using it, one a line.
 PIDS_FILE = "kdiv-broker.pids"
 # `kdiv broker` stops its nodes within this on SIGTERM, before honcho's SIGKILL (5 s after).
@@ -324,6 +330,20 @@ class KafkaCluster:
         """Format what is new, start every node, and return once all serve clients."""
         if any(node.running for node in self.nodes):
             raise BrokerError(f"the cluster on {self.bootstrap} is already started")
+        # A free port is found by binding and letting go of it; until the node binds it, any
+        # other process (a client's outgoing connection among them) may take it. A cluster of
+        # ports and storage chosen here is started again on new ones (stop() forgot both).
+        retry = self._data_dir is None and self.port == 0 and all(extra.port == 0 for extra in self.listeners)
+        for attempt in range(1, PORT_TAKEN_ATTEMPTS + 1):
+            try:
+                return self._start(timeout, inherit_output)
+            except BrokerError as failed:
+                if not retry or attempt == PORT_TAKEN_ATTEMPTS or PORT_TAKEN not in str(failed):
+                    raise
+                log.warning("a Kafka node's port was taken before it bound it; starting on new ports")
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float, inherit_output: bool) -> KafkaCluster:
         java = java_executable()
         try:
             classpath = os.pathsep.join(str(jar) for jar in KAFKA_BROKER.jars())
