@@ -54,6 +54,21 @@ class _Collector:
         return {}
 
 
+def _app(name: str, bootstrap: str, broker_is_tansu: bool, tmp_path: Any, **conf: Any) -> faust.App:
+    """A Faust app on kdiv's transport reading from the earliest offset, without its web server."""
+    return faust.App(
+        f"{name}-{uuid.uuid4().hex[:8]}",
+        broker=broker_url(bootstrap, tansu=broker_is_tansu),
+        datadir=str(tmp_path),
+        consumer_auto_offset_reset="earliest",
+        key_serializer="raw",
+        value_serializer="raw",
+        autodiscover=False,
+        web_enabled=False,
+        **conf,
+    )
+
+
 async def _write_backlog(bootstrap: str, topic: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     await producer.start()
@@ -73,16 +88,7 @@ async def test_a_backlog_is_fetched_and_handed_over_within_the_budgets(
     monkeypatch.setattr(transport, "DRAIN_BYTES", DRAIN_BYTES)
     topic = topic_factory(PARTITIONS)
     await _write_backlog(bootstrap, topic)
-    app = faust.App(
-        f"kdiv-fetch-budget-{uuid.uuid4().hex[:8]}",
-        broker=broker_url(bootstrap, tansu=broker_is_tansu),
-        datadir=str(tmp_path),
-        consumer_auto_offset_reset="earliest",
-        key_serializer="raw",
-        value_serializer="raw",
-        autodiscover=False,
-        web_enabled=False,
-    )
+    app = _app("kdiv-fetch-budget", bootstrap, broker_is_tansu, tmp_path)
     app.topics.add(app.topic(topic, key_type=bytes, value_type=bytes))
     collector = _Collector(topic, app)
     attach_batch_handler(app, collector)
@@ -111,17 +117,7 @@ async def test_a_paused_changelog_partition_is_not_fetched(bootstrap, broker_is_
     it takes from the fetcher; aiokafka fetched them still, and a worker held fetches of its
     own state writes. Paused through kdiv's consumer, they are not fetched."""
     topic = topic_factory(2)
-    app = faust.App(
-        f"kdiv-paused-{uuid.uuid4().hex[:8]}",
-        broker=broker_url(bootstrap, tansu=broker_is_tansu),
-        datadir=str(tmp_path),
-        consumer_auto_offset_reset="earliest",
-        key_serializer="raw",
-        value_serializer="raw",
-        autodiscover=False,
-        web_enabled=False,
-        topic_partitions=2,
-    )
+    app = _app("kdiv-paused", bootstrap, broker_is_tansu, tmp_path, topic_partitions=2)
     app.topics.add(app.topic(topic, key_type=bytes, value_type=bytes))
     table = app.Table("state", partitions=2, key_type=bytes, value_type=bytes)
     collector = _Collector(topic, app)

@@ -83,7 +83,7 @@ def within_drain_budget(fetched: Mapping, active: Any, budget: int) -> Any:
     used = 0
     left_out = False
     for tp, result in list(fetched.items()):
-        if active and tp not in active:  # none given: every partition (aiokafka's rule)
+        if not _is_active(tp, active):
             continue
         size = _fetched_bytes(result)
         if chosen and used + size > budget:
@@ -94,9 +94,14 @@ def within_drain_budget(fetched: Mapping, active: Any, budget: int) -> Any:
     return chosen if left_out else active
 
 
+def _is_active(tp: Any, active: Any) -> bool:
+    """Whether a drain asking for `active` takes `tp`: none given is every partition (aiokafka's rule)."""
+    return not active or tp in active
+
+
 def has_fetched(fetched: Mapping, active: Any) -> bool:
-    """Whether any active partition (every one when none is given) has a fetch result waiting."""
-    return any(not active or tp in active for tp in fetched)
+    """Whether any active partition has a fetch result waiting."""
+    return any(_is_active(tp, active) for tp in fetched)
 
 
 async def wait_for_fetched(fetcher: Any, timeout: float) -> None:
